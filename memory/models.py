@@ -1,0 +1,247 @@
+"""Memory tables (seed 000 with seed 003's `key`/`revision` and seed 004's access and channel fields).
+
+Every table is tenant-owned: its rows carry `tenant_id`, its unique constraints and hot indexes
+start with it, and row-level security keys on it. Only memory.services mutates these rows.
+`search_text` holds jieba-segmented text; PostgreSQL derives the `search_vector` tsvector from it.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVector, SearchVectorField
+from django.db import models
+from django.db.models import Q
+from pgvector.django import HnswIndex, VectorField
+
+from tenants.models import Scope, TenantOwnedModel, Workspace
+
+EMBEDDING_DIM = settings.EKKO_EMBEDDING_DIM
+
+
+class Role(models.TextChoices):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class Channel(models.TextChoices):
+    MAIN = "main"
+    SUBAGENT = "subagent"
+
+
+class NodeType(models.TextChoices):
+    PREFERENCE = "preference"
+    FACT = "fact"
+    DECISION = "decision"
+    TASK = "task"
+    RECIPE = "recipe"
+    SKILL = "skill"
+    CONSTRAINT = "constraint"
+    CORRECTION = "correction"
+
+
+class NodeStatus(models.TextChoices):
+    ACTIVE = "active"
+    SUPERSEDED = "superseded"
+    EXPIRED = "expired"
+    DELETED = "deleted"
+
+
+class AuditEventType(models.TextChoices):
+    CREATE = "create"
+    UPDATE = "update"
+    SUPERSEDE = "supersede"
+    EXPIRE = "expire"
+    DELETE = "delete"
+    RESTORE = "restore"
+
+
+def _search_vector() -> models.GeneratedField:
+    return models.GeneratedField(
+        expression=SearchVector("search_text", config="simple"),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
+
+
+class MemoryMessage(TenantOwnedModel):
+    """Evidence: one conversation message, append-only."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
+    message_id = models.CharField(max_length=128, help_text="The API `id`: client-given or generated.")
+    session_id = models.CharField(max_length=200)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                             related_name="+")
+    parent_id = models.CharField(max_length=128, null=True, blank=True)
+    role = models.CharField(max_length=16, choices=Role.choices)
+    content = models.TextField()
+    channel = models.CharField(max_length=16, choices=Channel.choices, default=Channel.MAIN)
+    agent_name = models.CharField(max_length=200, blank=True, default="")
+    metadata = models.JSONField(null=True, blank=True)
+    token_count = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField()
+    search_text = models.TextField(blank=True, default="")
+    search_vector = _search_vector()
+    embedding = VectorField(dimensions=EMBEDDING_DIM, null=True, blank=True)
+    embedding_model = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "workspace", "message_id"], name="message_tenant_ws_id_uniq"),
+        ]
+        indexes = [
+            models.Index(fields=["tenant", "workspace", "session_id", "created_at"], name="message_session_idx"),
+            GinIndex(fields=["search_vector"], name="message_search_gin"),
+            HnswIndex(name="message_embedding_hnsw", fields=["embedding"], m=16, ef_construction=64,
+                      opclasses=["vector_cosine_ops"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}/{self.message_id}"
+
+
+class MemorySummary(TenantOwnedModel):
+    """One link of a session's summary chain (append-only; `parent_summary` points to the previous)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
+    session_id = models.CharField(max_length=200)
+    parent_summary = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    from_message_id = models.CharField(max_length=128)
+    to_message_id = models.CharField(max_length=128)
+    summary = models.TextField()
+    current_goal = models.TextField(null=True, blank=True)
+    constraints = models.JSONField(default=list)
+    preferences = models.JSONField(default=list)
+    decisions = models.JSONField(default=list)
+    completed_work = models.JSONField(default=list)
+    pending_work = models.JSONField(default=list)
+    known_issues = models.JSONField(default=list)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            # A chain never forks: each summary has at most one successor (and one root per session).
+            models.UniqueConstraint(fields=["tenant", "workspace", "session_id", "parent_summary"],
+                                    nulls_distinct=False, name="summary_chain_uniq"),
+        ]
+        indexes = [
+            models.Index(fields=["tenant", "workspace", "session_id", "created_at"], name="summary_session_idx"),
+        ]
+
+
+class MemoryNode(TenantOwnedModel):
+    """A memory card: the only long-term memory."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE,
+                             related_name="+")
+    session_id = models.CharField(max_length=200, null=True, blank=True)
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    supersedes = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="superseded_by_set")
+    scope = models.CharField(max_length=16, choices=Scope.choices)
+    owner_ref = models.CharField(
+        max_length=300, help_text="Whose slot this is: the scope's owner (session, workspace, user or global)."
+    )
+    kind = models.CharField(max_length=64)
+    item_key = models.CharField(max_length=128, null=True, blank=True)
+    key = models.CharField(max_length=255)
+    domain = models.CharField(max_length=100)
+    category_path = ArrayField(models.CharField(max_length=100), default=list)
+    category_path_text = models.CharField(max_length=500, default="")
+    type = models.CharField(max_length=16, choices=NodeType.choices)
+    value_json = models.JSONField(null=True, blank=True)
+    title = models.CharField(max_length=500)
+    content = models.TextField()
+    status = models.CharField(max_length=16, choices=NodeStatus.choices, default=NodeStatus.ACTIVE)
+    confidence = models.FloatField(default=0.7)
+    importance = models.FloatField(default=0.6)
+    tags = ArrayField(models.CharField(max_length=100), default=list, blank=True)
+    entities = ArrayField(models.CharField(max_length=200), default=list, blank=True)
+    source_message_ids = ArrayField(models.CharField(max_length=128), default=list, blank=True)
+    explicit_user_intent = models.BooleanField(default=False)
+    revision = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    expires_at = models.DateTimeField(null=True, blank=True)
+    access_count = models.PositiveIntegerField(default=0)
+    last_accessed_at = models.DateTimeField(null=True, blank=True)
+    search_text = models.TextField(blank=True, default="")
+    search_vector = _search_vector()
+    embedding = VectorField(dimensions=EMBEDDING_DIM, null=True, blank=True)
+    embedding_model = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        constraints = [
+            # One active card per slot: concurrent writers cannot create duplicates.
+            models.UniqueConstraint(fields=["tenant", "scope", "owner_ref", "key"],
+                                    condition=Q(status="active"), name="node_active_slot_uniq"),
+            models.CheckConstraint(condition=Q(confidence__gte=0) & Q(confidence__lte=1),
+                                   name="node_confidence_range"),
+            models.CheckConstraint(condition=Q(importance__gte=0) & Q(importance__lte=1),
+                                   name="node_importance_range"),
+        ]
+        indexes = [
+            models.Index(fields=["tenant", "scope", "status", "domain", "type", "importance", "updated_at"],
+                         name="node_lookup_idx"),
+            models.Index(fields=["tenant", "scope", "status", "domain", "type", "key", "updated_at"],
+                         name="node_key_idx"),
+            models.Index(fields=["tenant", "category_path_text"], name="node_category_idx"),
+            models.Index(fields=["tenant", "session_id", "status", "updated_at"], name="node_session_idx"),
+            models.Index(fields=["tenant", "workspace", "status", "updated_at"], name="node_workspace_idx"),
+            models.Index(fields=["tenant", "user", "status", "updated_at"], name="node_user_idx"),
+            GinIndex(fields=["search_vector"], name="node_search_gin"),
+            HnswIndex(name="node_embedding_hnsw", fields=["embedding"], m=16, ef_construction=64,
+                      opclasses=["vector_cosine_ops"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} r{self.revision} ({self.status})"
+
+
+class MemoryAuditEvent(TenantOwnedModel):
+    """One mutation of a node, written in the same transaction; never injected into context."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workspace = models.ForeignKey(Workspace, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    event_type = models.CharField(max_length=16, choices=AuditEventType.choices)
+    # Not a foreign key: the event outlives a hard-forgotten node.
+    node_id = models.UUIDField(null=True, blank=True)
+    session_id = models.CharField(max_length=200, null=True, blank=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                             related_name="+")
+    actor = models.CharField(max_length=200, help_text="api_key:<prefix>, user:<username> or system")
+    reason = models.TextField()
+    payload = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["tenant", "node_id", "created_at"], name="audit_node_idx"),
+            models.Index(fields=["tenant", "created_at"], name="audit_tenant_time_idx"),
+        ]
+        ordering = ["created_at"]
+
+
+class MemoryKind(TenantOwnedModel):
+    """A tenant-defined kind, added to the default catalogue (memory.schema) for that tenant only."""
+
+    name = models.CharField(max_length=64)
+    slot_key = models.CharField(max_length=64)
+    type = models.CharField(max_length=16, choices=NodeType.choices)
+    domain = models.CharField(max_length=100)
+    category_path = ArrayField(models.CharField(max_length=100), default=list)
+    itemized = models.BooleanField(default=False)
+    default_scope = models.CharField(max_length=16, choices=Scope.choices, default=Scope.USER)
+    requires_explicit_user_intent = models.BooleanField(default=False)
+    value_shape = models.CharField(max_length=16, default="any")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="kind_tenant_name_uniq")]

@@ -1,0 +1,1 @@
+"""Tenants, memberships, workspaces and API keys, and the tenant context every query runs in."""

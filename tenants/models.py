@@ -1,0 +1,146 @@
+"""Tenants and what belongs to them directly: memberships, workspaces and API keys.
+
+`TenantOwnedModel` is the base of every table that carries `tenant_id`. Its default manager
+fails closed: with no tenant bound (see tenants.context) a query raises instead of reading
+every tenant's rows. `Model.all_tenants` is the deliberately loud bypass.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+
+from tenants.context import ALL_TENANTS, require_tenant_id
+
+
+class Tenant(models.Model):
+    slug = models.SlugField(max_length=63, unique=True)
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class TenantScopedQuerySet(models.QuerySet):
+    pass
+
+
+class TenantScopedManager(models.Manager):
+    """Default manager of tenant-owned models: filters to the bound tenant, raises when none is bound."""
+
+    def get_queryset(self) -> models.QuerySet:
+        tenant_id = require_tenant_id()
+        queryset = super().get_queryset()
+        if tenant_id == ALL_TENANTS:
+            return queryset
+        return queryset.filter(tenant_id=tenant_id)
+
+
+class TenantOwnedModel(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+
+    objects = TenantScopedManager()
+    # The loud bypass: reads every tenant. Allowed callers are listed in docs/tenancy.md.
+    all_tenants = models.Manager()
+
+    class Meta:
+        abstract = True
+        base_manager_name = "all_tenants"
+
+
+class Role(models.TextChoices):
+    OWNER = "owner", "Owner"
+    ADMIN = "admin", "Admin"
+    MEMBER = "member", "Member"
+    VIEWER = "viewer", "Viewer"
+
+
+class Membership(TenantOwnedModel):
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "user"], name="membership_tenant_user_uniq")]
+        indexes = [models.Index(fields=["tenant", "role"], name="membership_tenant_role_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.user_id}@{self.tenant_id} ({self.role})"
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role in (Role.OWNER, Role.ADMIN)
+
+
+class Workspace(TenantOwnedModel):
+    DEFAULT_SLUG = "default"
+
+    name = models.CharField(max_length=200)
+    slug = models.SlugField(max_length=63)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="WorkspaceMember", related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "slug"], name="workspace_tenant_slug_uniq")]
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class WorkspaceMember(TenantOwnedModel):
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "workspace", "user"], name="workspacemember_uniq")
+        ]
+
+
+class Scope(models.TextChoices):
+    SESSION = "session", "Session"
+    WORKSPACE = "workspace", "Workspace"
+    USER = "user", "User"
+    GLOBAL = "global", "Global"
+
+
+AGENT_WRITABLE_SCOPES = [Scope.SESSION, Scope.WORKSPACE, Scope.USER]
+
+
+def default_write_scopes() -> list[str]:
+    return [str(scope) for scope in AGENT_WRITABLE_SCOPES]
+
+
+class ApiKey(TenantOwnedModel):
+    name = models.CharField(max_length=200, blank=True)
+    prefix = models.CharField(max_length=16, help_text="First characters of the key, kept for display.")
+    key_hash = models.CharField(max_length=64, help_text="SHA-256 of the key; the key itself is never stored.")
+    read_only = models.BooleanField(default=False)
+    write_scopes = ArrayField(models.CharField(max_length=16, choices=Scope.choices), default=default_write_scopes)
+    workspace = models.ForeignKey(Workspace, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "key_hash"], name="apikey_tenant_hash_uniq")]
+        indexes = [
+            # Authentication looks a key up before its tenant is known (docs/tenancy.md).
+            models.Index(fields=["key_hash"], name="apikey_hash_lookup_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.name or 'unnamed'})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None

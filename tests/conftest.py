@@ -1,0 +1,37 @@
+"""Shared fixtures: a test database created and migrated as the owner, used by the app as `ekko_app`."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connections
+
+from tests.factories import make_tenant
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(request, django_test_environment, django_db_blocker, django_db_keepdb):  # noqa: ANN001
+    """Create the test database as the owner (so migrations run as owner) and mirror it for `ekko_app`."""
+    owner, app = connections["owner"], connections["default"]
+    verbosity = request.config.option.verbose
+    with django_db_blocker.unblock():
+        original_name = owner.settings_dict["NAME"]
+        owner.creation.create_test_db(verbosity=verbosity, autoclobber=True, keepdb=django_db_keepdb)
+        app.creation.set_as_test_mirror(owner.settings_dict)
+        app.close()
+        with owner.cursor() as cursor:
+            # Test-only: transactional tests reset tables with TRUNCATE, which the app role never needs.
+            cursor.execute("GRANT TRUNCATE ON ALL TABLES IN SCHEMA public TO ekko_app")
+    yield
+    with django_db_blocker.unblock():
+        app.close()
+        owner.creation.destroy_test_db(original_name, verbosity=verbosity, keepdb=django_db_keepdb)
+
+
+@pytest.fixture
+def tenant_a(db):  # noqa: ANN001
+    return make_tenant("tenant-a", owner="alice")
+
+
+@pytest.fixture
+def tenant_b(db):  # noqa: ANN001
+    return make_tenant("tenant-b", owner="bob")
