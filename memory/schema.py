@@ -710,22 +710,3 @@ def validate_scope_for_write(
             "node.expiresAt",
         )
     return scope
-
-
-# --------------------------------------------------------------------------- keyword search
-
-STOP_WORDS: frozenset[str] = frozenset(
-    """
-    a an the is are was were be been being am do does did done doing have has had having
-    i me my mine myself you your yours yourself he him his she her hers it its we us our ours
-    they them their theirs this that these those there here what which who whom whose how why
-    when where will would shall should can could may might must of in on at to for from by with
-    about as into onto over under than then so and or but not no nor if else also too very just
-    only any all some each every more most such own same other again up down out off once
-    user users assistant please tell know let get got s t don't can't i'm it's what's
-    的 了 是 我 你 他 她 它 们 我们 你们 他们 她们 它们 在 和 与 及 或 或者 吗 呢 吧 啊 呀 嗯 哦
-    什么 怎么 怎样 如何 为什么 哪 哪里 哪个 这 那 这个 那个 这些 那些 这里 那里 就 都 也 还 又
-    很 太 更 最 被 把 给 让 对 从 到 向 着 过 会 能 要 想 可以 一个 一些 有 没有 不 没 用户 请
-    帮 一下 之 以 而 但 但是 因为 所以 如果 已经 自己 个 地 得 么 吗 啦 嘛 呃 该 将 并 且
-    """.split()
-)

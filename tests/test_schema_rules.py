@@ -19,7 +19,6 @@ from memory.schema import (
     MEDIUM_CONFIDENCE_CAP,
     NODE_TYPES,
     SCOPES,
-    STOP_WORDS,
     KindSpec,
     SchemaError,
     apply_confidence_contract,
@@ -746,10 +745,3 @@ def test_temporary_state_in_user_scope_needs_expires_at():
 
 
 # --------------------------------------------------------------------------- stop words
-
-
-def test_stop_words_cover_english_and_chinese_function_words():
-    assert {"the", "a", "is", "user", "users", "what", "how", "did"} <= STOP_WORDS
-    assert {"的", "了", "是", "我", "们", "吗", "什么", "怎么"} <= STOP_WORDS
-    assert not {"spicy", "cilantro", "香菜", "川菜", "password"} & STOP_WORDS
-    assert len(STOP_WORDS) >= 120
