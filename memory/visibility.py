@@ -28,6 +28,11 @@ class Viewer:
     write_scopes: frozenset[str] = field(default_factory=frozenset)
     read_only: bool = True
     actor: str = "system"
+    # An API key pinned to one workspace reaches only that workspace (and tenant-global nodes).
+    pinned_workspace_id: int | None = None
+    # Browser members and viewers reach only their own memories and their workspaces' (not admins).
+    restrict_to_person: bool = False
+    member_workspace_ids: frozenset[int] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
         if self.workspace.tenant_id != self.tenant.pk:
@@ -49,6 +54,22 @@ def visible_nodes_q(viewer: Viewer, scopes: list[str] | None = None) -> Q:
     if Scope.GLOBAL in wanted:
         parts |= Q(scope=Scope.GLOBAL)
     return Q(tenant_id=viewer.tenant.pk) & parts
+
+
+def accessible_nodes_q(viewer: Viewer) -> Q:
+    """Return the filter for nodes `viewer` may open by id (any status): the tenant, narrowed by pin or person."""
+    tenant = Q(tenant_id=viewer.tenant.pk)
+    if viewer.restrict_to_person:
+        user_id = viewer.user.pk if viewer.user is not None else None
+        return tenant & (
+            Q(scope=Scope.USER, user_id=user_id)
+            | Q(scope__in=[Scope.WORKSPACE, Scope.SESSION], workspace_id__in=sorted(viewer.member_workspace_ids))
+            | Q(scope=Scope.SESSION, user_id=user_id)
+            | Q(scope=Scope.GLOBAL)
+        )
+    if viewer.pinned_workspace_id is not None:
+        return tenant & (Q(workspace_id=viewer.pinned_workspace_id) | Q(scope=Scope.GLOBAL))
+    return tenant
 
 
 def owner_ref(*, scope: str, workspace_id: int, session_id: str | None, user_id: int | None) -> str:

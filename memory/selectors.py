@@ -1,0 +1,176 @@
+"""Reads of memory rows by id or selector (no ranking: that is memory.retrieval); none of them write."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from uuid import UUID
+
+from django.db.models import Q, QuerySet
+
+from memory.errors import NotFound, RequiresConfirmation
+from memory.models import MemoryAuditEvent, MemoryKind, MemoryMessage, MemoryNode, MemorySummary, NodeStatus
+from memory.schema import KindSpec
+from memory.visibility import Viewer, accessible_nodes_q
+from tenants.context import tenant_context
+from tenants.models import Tenant
+
+NODE_LIST_FIELDS_DEFERRED = ("embedding", "search_vector", "search_text")
+
+
+def parse_node_id(raw: str | UUID) -> UUID:
+    try:
+        return raw if isinstance(raw, UUID) else UUID(str(raw))
+    except ValueError as exc:
+        raise NotFound("No memory node with this id.") from exc
+
+
+def accessible_nodes(viewer: Viewer) -> QuerySet[MemoryNode]:
+    """Return the nodes `viewer` may open by id; call inside the viewer's tenant context."""
+    return (
+        MemoryNode.objects.filter(accessible_nodes_q(viewer))
+        .select_related("user")
+        .defer(*NODE_LIST_FIELDS_DEFERRED)
+    )
+
+
+def node_get(*, viewer: Viewer, node_id: str | UUID) -> MemoryNode:
+    """Return the node (any status) if `viewer` may open it; otherwise NotFound, whatever the reason."""
+    pk = parse_node_id(node_id)
+    with tenant_context(viewer.tenant):
+        node = accessible_nodes(viewer).filter(pk=pk).first()
+    if node is None:
+        raise NotFound("No memory node with this id.")
+    return node
+
+
+def superseded_by_ids(*, tenant: Tenant, node_ids: list[UUID]) -> dict[UUID, UUID]:
+    """Return {old id: id of the node that superseded it} for the given ids."""
+    if not node_ids:
+        return {}
+    with tenant_context(tenant):
+        pairs = MemoryNode.objects.filter(tenant=tenant, supersedes_id__in=node_ids).values_list("supersedes_id", "pk")
+        return dict(pairs)
+
+
+@dataclass(frozen=True)
+class NodeHistory:
+    chain: list[MemoryNode]  # oldest → newest
+    events: list[MemoryAuditEvent]
+
+
+def node_history(*, viewer: Viewer, node_id: str | UUID) -> NodeHistory:
+    """Return the supersede chain through the node (oldest first) and the audit events of every link."""
+    node = node_get(viewer=viewer, node_id=node_id)
+    with tenant_context(viewer.tenant):
+        nodes = accessible_nodes(viewer)
+        older: list[MemoryNode] = []
+        cursor = node
+        while cursor.supersedes_id is not None and len(older) < 1000:
+            previous = nodes.filter(pk=cursor.supersedes_id).first()
+            if previous is None:
+                break
+            older.append(previous)
+            cursor = previous
+        newer: list[MemoryNode] = []
+        cursor = node
+        while len(newer) < 1000:
+            following = nodes.filter(supersedes_id=cursor.pk).first()
+            if following is None:
+                break
+            newer.append(following)
+            cursor = following
+        chain = [*reversed(older), node, *newer]
+        events = list(
+            MemoryAuditEvent.objects.filter(tenant=viewer.tenant, node_id__in=[n.pk for n in chain])
+            .order_by("created_at", "id")
+        )
+    return NodeHistory(chain=chain, events=events)
+
+
+@dataclass(frozen=True)
+class NodeSelector:
+    type: str | None = None
+    kind: str | None = None
+    key: str | None = None
+    value_json: object = None
+    value_json_given: bool = False
+    scope: str | None = None
+    domain: str | None = None
+    category_path_prefix: tuple[str, ...] = ()
+
+    def is_empty(self) -> bool:
+        return not any([self.type, self.kind, self.key, self.value_json_given, self.scope, self.domain,
+                        self.category_path_prefix])
+
+
+def selector_q(selector: NodeSelector) -> Q:
+    """Return the exact-match filter for a selector (API.md's memory/get and memory/forget fields)."""
+    q = Q()
+    if selector.type:
+        q &= Q(type=selector.type)
+    if selector.kind:
+        q &= Q(kind=selector.kind)
+    if selector.key:
+        # A bare slot key ("avoid_ingredient") selects every item of that slot.
+        q &= Q(key=selector.key) | Q(key__startswith=selector.key + ":") if ":" not in selector.key else Q(
+            key=selector.key)
+    if selector.value_json_given:
+        q &= Q(value_json=selector.value_json) if selector.value_json is not None else Q(value_json__isnull=True)
+    if selector.scope:
+        q &= Q(scope=selector.scope)
+    if selector.domain:
+        q &= Q(domain=selector.domain)
+    if selector.category_path_prefix:
+        prefix = "/".join(selector.category_path_prefix)
+        q &= Q(category_path_text=prefix) | Q(category_path_text__startswith=prefix + "/")
+    return q
+
+
+def node_select(*, viewer: Viewer, selector: NodeSelector) -> MemoryNode | None:
+    """Return the one active node matching the selector, None if none; RequiresConfirmation if several."""
+    with tenant_context(viewer.tenant):
+        matches = list(
+            accessible_nodes(viewer).filter(selector_q(selector), status=NodeStatus.ACTIVE)
+            .order_by("-updated_at")[:21]
+        )
+    if len(matches) > 1:
+        raise RequiresConfirmation(
+            f"{len(matches)} active memories match; narrow the selector or use an id.",
+            candidates=matches,
+        )
+    return matches[0] if matches else None
+
+
+def messages_list(*, viewer: Viewer, session_id: str, limit: int = 50,
+                  include_subagent: bool = True) -> list[MemoryMessage]:
+    """Return the newest `limit` messages of a session, oldest first."""
+    with tenant_context(viewer.tenant):
+        queryset = MemoryMessage.objects.filter(
+            tenant=viewer.tenant, workspace=viewer.workspace, session_id=session_id
+        ).select_related("user").defer("embedding", "search_vector", "search_text")
+        if not include_subagent:
+            queryset = queryset.filter(channel="main")
+        newest = list(queryset.order_by("-created_at", "-id")[:limit])
+    return list(reversed(newest))
+
+
+def summary_latest(*, viewer: Viewer, session_id: str) -> MemorySummary | None:
+    with tenant_context(viewer.tenant):
+        return (
+            MemorySummary.objects.filter(tenant=viewer.tenant, workspace=viewer.workspace, session_id=session_id)
+            .order_by("-created_at").first()
+        )
+
+
+def tenant_kinds(*, tenant: Tenant) -> dict[str, KindSpec]:
+    """Return the tenant-defined kinds (added to the default catalogue for this tenant)."""
+    with tenant_context(tenant):
+        rows = list(MemoryKind.objects.filter(tenant=tenant))
+    return {
+        row.name: KindSpec(
+            name=row.name, slot_key=row.slot_key, type=row.type, domain=row.domain,
+            category_path=tuple(row.category_path), itemized=row.itemized, default_scope=row.default_scope,
+            requires_explicit_user_intent=row.requires_explicit_user_intent, value_shape=row.value_shape,
+        )
+        for row in rows
+    }
