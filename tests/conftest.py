@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from django.db import connections
 
@@ -12,6 +14,8 @@ from tests.factories import make_tenant
 def django_db_setup(request, django_test_environment, django_db_blocker, django_db_keepdb):  # noqa: ANN001
     """Create the test database as the owner (so migrations run as owner) and mirror it for `ekko_app`."""
     owner, app = connections["owner"], connections["default"]
+    # One test database per run: several runs may share the embedded server at once.
+    owner.settings_dict["TEST"]["NAME"] = f"test_ekko_{os.getpid()}"
     verbosity = request.config.option.verbose
     with django_db_blocker.unblock():
         original_name = owner.settings_dict["NAME"]

@@ -44,7 +44,11 @@ def _flatten(errors: Any, prefix: str = "") -> dict[str, list[str]]:
     if isinstance(errors, dict):
         flat: dict[str, list[str]] = {}
         for name, value in errors.items():
-            flat.update(_flatten(value, f"{prefix}.{name}" if prefix else str(name)))
+            if isinstance(name, int) or str(name).isdigit():
+                path = f"{prefix}[{name}]"
+            else:
+                path = f"{prefix}.{name}" if prefix else str(name)
+            flat.update(_flatten(value, path))
         return flat
     if isinstance(errors, list) and errors and all(isinstance(e, str) for e in errors):
         return {prefix or "body": [str(e) for e in errors]}
@@ -58,7 +62,9 @@ def _flatten(errors: Any, prefix: str = "") -> dict[str, list[str]]:
 
 
 def api_exception_handler(exc: Exception, context: dict) -> Response | None:
-    set_rollback()
+    dispatch = getattr(context.get("view"), "dispatch", None)
+    if "default" not in getattr(dispatch, "_non_atomic_requests", set()):
+        set_rollback()  # roll back the request's transaction (ATOMIC_REQUESTS), never an outer one
     if isinstance(exc, MemoryServiceError):
         extra = dict(exc.extra)
         if "candidates" in extra:
