@@ -1,0 +1,1866 @@
+"""Export and import one workspace as an SQLite file in the Ekko local format (docs/sqlite-format.md).
+
+The file holds seed 000's tables (`memory_messages`, `memory_summaries`, `memory_nodes`,
+`memory_audit_events`, `memory_schema_migrations`) with seed 003's `key` and `revision`, a few
+Ekko columns, vectors in `memory_embeddings` / `memory_message_embeddings`, and `memory_nodes_fts`,
+an FTS5 table over jieba-segmented text so a plain `sqlite3` finds Chinese words. Export streams
+rows from PostgreSQL into a temporary file and renames it into place; import checks the file's
+shape before touching the database, then runs in one tenant-bound transaction: rows are
+validated, compared with what is already stored (identical → skipped, newer node revision →
+updated, anything else → reported conflict) and the new ones are COPYed into staging tables and
+inserted with one statement per table. Both directions take `tenant=` and `workspace=` explicitly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import math
+import os
+import sqlite3
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.db.models import BinaryField, F, Func, Q
+from django.utils import timezone
+from psycopg.types.json import Jsonb
+
+from memory.errors import Invalid, NotFound
+from memory.models import (
+    AuditEventType,
+    Channel,
+    MemoryAuditEvent,
+    MemoryMessage,
+    MemoryNode,
+    MemorySummary,
+    NodeStatus,
+    NodeType,
+    Role,
+)
+from memory.visibility import owner_ref
+from tenants.context import tenant_context
+from tenants.models import Membership, Scope, Tenant, Workspace
+
+__all__ = [
+    "FORMAT_VERSION",
+    "KNOWN_FORMAT_VERSIONS",
+    "ExportStats",
+    "FileInfo",
+    "ImportError_",
+    "ImportReport",
+    "Progress",
+    "TableCounts",
+    "sqlite_file_inspect",
+    "workspace_export_sqlite",
+    "workspace_import_sqlite",
+]
+
+FORMAT_VERSION = 1
+KNOWN_FORMAT_VERSIONS = frozenset({1})
+FORMAT_NAME = "ekko-local"
+# PRAGMA application_id of files we write ("Ekko"); files from local agents may carry 0.
+APPLICATION_ID = 0x456B6B6F
+CHUNK_SIZE = 2000
+MAX_CONFLICTS_LISTED = 1000
+
+# (stage, rows done since the last call, stage total or None)
+Progress = Callable[[str, int, int | None], None]
+
+
+class ImportError_(Invalid):  # noqa: N801 - the trailing underscore keeps clear of the builtin
+    """The file cannot be imported (not SQLite, truncated, unknown version, wrong shape or bad rows).
+
+    `code` is "invalid" (HTTP 400) and `detail` says what is wrong and how to fix it; nothing was written.
+    """
+
+    status, code = 400, "invalid"
+
+
+# --------------------------------------------------------------------------- file layout (version 1)
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    ddl: str
+    # Required columns must exist in an imported file; optional ones default when absent.
+    required: bool = True
+
+
+MESSAGE_COLUMNS: tuple[Column, ...] = (
+    Column("id", "text primary key"),
+    Column("session_id", "text not null"),
+    Column("parent_id", "text"),
+    Column("role", "text not null"),
+    Column("content", "text not null"),
+    Column("metadata_json", "text"),
+    Column("created_at", "text not null"),
+    Column("user_id", "text", False),
+    Column("channel", "text not null default 'main'", False),
+    Column("agent_name", "text not null default ''", False),
+    Column("token_count", "integer not null default 0", False),
+    Column("search_text", "text not null default ''", False),
+    Column("search_text_sig", "text", False),
+)
+
+SUMMARY_COLUMNS: tuple[Column, ...] = (
+    Column("id", "text primary key"),
+    Column("session_id", "text not null"),
+    Column("parent_summary_id", "text"),
+    Column("from_message_id", "text not null"),
+    Column("to_message_id", "text not null"),
+    Column("summary", "text not null"),
+    Column("current_goal", "text"),
+    Column("constraints_json", "text not null default '[]'"),
+    Column("preferences_json", "text not null default '[]'"),
+    Column("decisions_json", "text not null default '[]'"),
+    Column("completed_work_json", "text not null default '[]'"),
+    Column("pending_work_json", "text not null default '[]'"),
+    Column("known_issues_json", "text not null default '[]'"),
+    Column("created_at", "text not null"),
+)
+
+NODE_COLUMNS: tuple[Column, ...] = (
+    Column("id", "text primary key"),
+    Column("parent_id", "text"),
+    Column("supersedes_id", "text"),
+    Column("session_id", "text"),
+    Column("workspace_id", "text"),
+    Column("user_id", "text"),
+    Column("scope", "text not null"),
+    Column("domain", "text not null"),
+    Column("category_path_json", "text not null"),
+    Column("category_path_text", "text not null"),
+    Column("type", "text not null"),
+    Column("key", "text"),
+    Column("value_json", "text"),
+    Column("title", "text not null"),
+    Column("content", "text not null"),
+    Column("status", "text not null"),
+    Column("confidence", "real not null"),
+    Column("importance", "real not null"),
+    Column("tags_json", "text not null default '[]'"),
+    Column("entities_json", "text not null default '[]'"),
+    Column("source_message_ids_json", "text not null default '[]'"),
+    Column("created_at", "text not null"),
+    Column("updated_at", "text not null"),
+    Column("expires_at", "text"),
+    Column("revision", "integer not null default 1"),
+    Column("kind", "text", False),
+    Column("item_key", "text", False),
+    Column("explicit_user_intent", "integer not null default 0", False),
+    Column("access_count", "integer not null default 0", False),
+    Column("last_accessed_at", "text", False),
+    Column("search_text", "text not null default ''", False),
+    Column("search_text_sig", "text", False),
+)
+
+AUDIT_COLUMNS: tuple[Column, ...] = (
+    Column("id", "text primary key"),
+    Column("event_type", "text not null"),
+    Column("node_id", "text"),
+    Column("session_id", "text"),
+    Column("workspace_id", "text"),
+    Column("user_id", "text"),
+    Column("actor", "text not null"),
+    Column("reason", "text not null"),
+    Column("payload_json", "text"),
+    Column("created_at", "text not null"),
+)
+
+EMBEDDING_COLUMNS: tuple[Column, ...] = (
+    Column("node_id", "text primary key"),
+    Column("model", "text not null"),
+    Column("dim", "integer not null"),
+    Column("vector", "blob not null"),
+)
+MESSAGE_EMBEDDING_COLUMNS: tuple[Column, ...] = (
+    Column("message_id", "text primary key"),
+    Column("model", "text not null"),
+    Column("dim", "integer not null"),
+    Column("vector", "blob not null"),
+)
+
+TABLES: dict[str, tuple[Column, ...]] = {
+    "memory_messages": MESSAGE_COLUMNS,
+    "memory_summaries": SUMMARY_COLUMNS,
+    "memory_nodes": NODE_COLUMNS,
+    "memory_audit_events": AUDIT_COLUMNS,
+}
+OPTIONAL_TABLES: dict[str, tuple[Column, ...]] = {
+    "memory_embeddings": EMBEDDING_COLUMNS,
+    "memory_message_embeddings": MESSAGE_EMBEDDING_COLUMNS,
+}
+
+_SCHEMA_SQL = "\n".join(
+    [
+        "CREATE TABLE memory_schema_migrations (version integer primary key, applied_at text not null);",
+        "CREATE TABLE memory_export_info (key text primary key, value text not null);",
+        *(
+            f"CREATE TABLE {table} ({', '.join(f'{c.name} {c.ddl}' for c in columns)});"
+            for table, columns in {**TABLES, **OPTIONAL_TABLES}.items()
+        ),
+    ]
+)
+
+# Seed 000's indexes, created after the rows are in (building them once is faster than maintaining them).
+_INDEX_SQL = """
+CREATE INDEX idx_memory_messages_session_created ON memory_messages (session_id, created_at);
+CREATE INDEX idx_memory_summaries_session_created ON memory_summaries (session_id, created_at);
+CREATE INDEX idx_memory_nodes_lookup ON memory_nodes (scope, status, domain, type, importance, updated_at);
+CREATE INDEX idx_memory_nodes_key ON memory_nodes (scope, status, domain, type, key, updated_at);
+CREATE INDEX idx_memory_nodes_category ON memory_nodes (category_path_text);
+CREATE INDEX idx_memory_nodes_session ON memory_nodes (session_id, status, updated_at);
+CREATE INDEX idx_memory_nodes_workspace ON memory_nodes (workspace_id, status, updated_at);
+CREATE INDEX idx_memory_nodes_user ON memory_nodes (user_id, status, updated_at);
+CREATE INDEX idx_memory_audit_events_node ON memory_audit_events (node_id, created_at);
+"""
+
+# The FTS table keeps its own copy of the segmented text keyed by node_id (seed 003's layout: a hard
+# delete runs `DELETE FROM memory_nodes_fts WHERE node_id = ?`); an external-content table keyed on
+# memory_nodes' implicit rowid would silently break when a local agent runs VACUUM.
+_FTS_SQL = """
+CREATE VIRTUAL TABLE memory_nodes_fts USING fts5(node_id UNINDEXED, search_text, tokenize='unicode61');
+INSERT INTO memory_nodes_fts (node_id, search_text) SELECT id, search_text FROM memory_nodes;
+CREATE TRIGGER memory_nodes_fts_insert AFTER INSERT ON memory_nodes BEGIN
+  INSERT INTO memory_nodes_fts (node_id, search_text) VALUES (new.id, new.search_text);
+END;
+CREATE TRIGGER memory_nodes_fts_delete AFTER DELETE ON memory_nodes BEGIN
+  DELETE FROM memory_nodes_fts WHERE node_id = old.id;
+END;
+CREATE TRIGGER memory_nodes_fts_update AFTER UPDATE OF id, search_text ON memory_nodes BEGIN
+  DELETE FROM memory_nodes_fts WHERE node_id = old.id;
+  INSERT INTO memory_nodes_fts (node_id, search_text) VALUES (new.id, new.search_text);
+END;
+"""
+
+
+# --------------------------------------------------------------------------- value codecs
+
+
+def iso_utc(value: datetime | None) -> str | None:
+    """Return `value` as `YYYY-MM-DDTHH:MM:SS.ffffffZ` (always UTC, always microseconds), or None."""
+    if value is None:
+        return None
+    if value.utcoffset():
+        value = value.astimezone(UTC)
+    return (
+        f"{value.year:04d}-{value.month:02d}-{value.day:02d}T"
+        f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}.{value.microsecond:06d}Z"
+    )
+
+
+def _json_text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def _json_or_none(value: Any) -> str | None:
+    return None if value is None else _json_text(value)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _vector_blob(vector_send: bytes | memoryview) -> bytes:
+    # pgvector's binary form: int16 dim, int16 unused, then big-endian float4s; the file uses little-endian.
+    return np.frombuffer(bytes(vector_send), dtype=">f4", offset=4).astype("<f4").tobytes()
+
+
+def _vector_text(blob: bytes) -> str:
+    return "[" + ",".join(map(repr, np.frombuffer(blob, dtype="<f4").tolist())) + "]"
+
+
+def _vector_send() -> Func:
+    return Func(F("embedding"), function="vector_send", output_field=BinaryField())
+
+
+# --------------------------------------------------------------------------- derived search text
+
+
+def _segment(*parts: str | None) -> str:
+    from memory.text import segment_for_search  # lazy: jieba loads on first use
+
+    return segment_for_search(*parts)
+
+
+def _segmenter_id() -> str:
+    import jieba
+
+    import memory.text
+
+    source = Path(memory.text.__file__).read_bytes()
+    return f"jieba-{jieba.__version__}/text-{hashlib.sha256(source).hexdigest()[:16]}"
+
+
+class _SearchTextSigner:
+    """Vouch for a search_text this server produced, so an import may reuse it instead of re-segmenting.
+
+    jieba segments about 4,000 cards a second: re-segmenting a 100k-card file would take longer
+    than the whole import may. The signature (HMAC with the server secret over the inputs, the
+    segmenter version and the output) lets an import reuse the text only when it came from an
+    Ekko server with the same segmenter and the card's words are unchanged; text written by
+    anyone else, or for edited words, is recomputed.
+    """
+
+    def __init__(self) -> None:
+        self.key = hashlib.sha256(b"ekko.sqlite_io.search_text" + settings.SECRET_KEY.encode()).digest()
+        self.segmenter = _segmenter_id()
+
+    def sign(self, kind: str, inputs: Sequence[str], search_text: str) -> str:
+        message = "\x1f".join((kind, self.segmenter, *inputs, search_text)).encode()
+        return hmac.new(self.key, message, hashlib.sha256).hexdigest()[:32]
+
+    def verified(self, kind: str, inputs: Sequence[str], search_text: Any, signature: Any) -> bool:
+        if not isinstance(search_text, str) or not isinstance(signature, str) or not search_text:
+            return False
+        return hmac.compare_digest(self.sign(kind, inputs, search_text), signature)
+
+
+def _node_search_inputs(title: str, content: str, tags: list[str], entities: list[str]) -> list[str]:
+    return [title, content, "\x1e".join(tags), "\x1e".join(entities)]
+
+
+def _node_search_text(title: str, content: str, tags: list[str], entities: list[str]) -> str:
+    return _segment(title, content, *tags, *entities)
+
+
+# --------------------------------------------------------------------------- rows: PostgreSQL → file
+
+_MESSAGE_FIELDS = (
+    "message_id", "session_id", "parent_id", "role", "content", "metadata", "created_at",
+    "user__username", "channel", "agent_name", "token_count", "search_text",
+)  # fmt: skip
+_SUMMARY_FIELDS = (
+    "id", "session_id", "parent_summary_id", "from_message_id", "to_message_id", "summary", "current_goal",
+    "constraints", "preferences", "decisions", "completed_work", "pending_work", "known_issues", "created_at",
+)  # fmt: skip
+_NODE_FIELDS = (
+    "id", "parent_id", "supersedes_id", "session_id", "workspace_id", "user__username", "scope", "domain",
+    "category_path", "category_path_text", "type", "key", "value_json", "title", "content", "status",
+    "confidence", "importance", "tags", "entities", "source_message_ids", "created_at", "updated_at",
+    "expires_at", "revision", "kind", "item_key", "explicit_user_intent", "access_count", "last_accessed_at",
+    "search_text",
+)  # fmt: skip
+_AUDIT_FIELDS = (
+    "id", "event_type", "node_id", "session_id", "workspace_id", "user__username", "actor", "reason",
+    "payload", "created_at",
+)  # fmt: skip
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _message_row(v: Sequence[Any]) -> list[Any]:
+    """Return the file row (MESSAGE_COLUMNS order, search_text_sig left for the caller) of a message."""
+    (message_id, session_id, parent_id, role, content, metadata, created_at,
+     username, channel, agent_name, token_count, search_text) = v  # fmt: skip
+    return [
+        message_id, session_id, parent_id, role, content, _json_or_none(metadata), iso_utc(created_at),
+        username, channel, agent_name, token_count, search_text, None,
+    ]  # fmt: skip
+
+
+def _summary_row(v: Sequence[Any]) -> list[Any]:
+    (summary_id, session_id, parent_id, from_id, to_id, summary, goal,
+     constraints, preferences, decisions, completed, pending, issues, created_at) = v  # fmt: skip
+    return [
+        str(summary_id), session_id, _str_or_none(parent_id), from_id, to_id, summary, goal,
+        _json_text(constraints), _json_text(preferences), _json_text(decisions), _json_text(completed),
+        _json_text(pending), _json_text(issues), iso_utc(created_at),
+    ]  # fmt: skip
+
+
+def _node_row(v: Sequence[Any]) -> list[Any]:
+    (node_id, parent_id, supersedes_id, session_id, workspace_id, username, scope, domain, category_path,
+     category_path_text, node_type, key, value_json, title, content, status, confidence, importance, tags,
+     entities, source_message_ids, created_at, updated_at, expires_at, revision, kind, item_key,
+     explicit_user_intent, access_count, last_accessed_at, search_text) = v  # fmt: skip
+    return [
+        str(node_id), _str_or_none(parent_id), _str_or_none(supersedes_id), session_id, str(workspace_id),
+        username, scope, domain, _json_text(list(category_path)), category_path_text, node_type, key,
+        _json_or_none(value_json), title, content, status, confidence, importance, _json_text(list(tags)),
+        _json_text(list(entities)), _json_text(list(source_message_ids)), iso_utc(created_at),
+        iso_utc(updated_at), iso_utc(expires_at), revision, kind, item_key, int(explicit_user_intent),
+        access_count, iso_utc(last_accessed_at), search_text, None,
+    ]  # fmt: skip
+
+
+def _audit_row(v: Sequence[Any]) -> list[Any]:
+    (
+        event_id,
+        event_type,
+        node_id,
+        session_id,
+        workspace_id,
+        username,
+        actor,
+        reason,
+        payload,
+        created_at,
+    ) = v
+    return [
+        str(event_id),
+        event_type,
+        _str_or_none(node_id),
+        session_id,
+        _str_or_none(workspace_id),
+        username,
+        actor,
+        reason,
+        _json_or_none(payload),
+        iso_utc(created_at),
+    ]
+
+
+def _column_index(columns: tuple[Column, ...]) -> dict[str, int]:
+    return {column.name: index for index, column in enumerate(columns)}
+
+
+_MSG = _column_index(MESSAGE_COLUMNS)
+_SUM = _column_index(SUMMARY_COLUMNS)
+_NODE = _column_index(NODE_COLUMNS)
+_AUD = _column_index(AUDIT_COLUMNS)
+
+# What "identical" means on import: every column except derived search text and, for nodes, the
+# bookkeeping that changes without a new revision (seed 004's access counters) or with one.
+_NODE_UNCOMPARED = {
+    "id",
+    "revision",
+    "updated_at",
+    "access_count",
+    "last_accessed_at",
+    "search_text",
+    "search_text_sig",
+}
+_NODE_COMPARED = [i for c, i in _NODE.items() if c not in _NODE_UNCOMPARED]
+_MSG_COMPARED = [i for c, i in _MSG.items() if c not in {"search_text", "search_text_sig", "token_count"}]
+_SUM_COMPARED = list(range(len(SUMMARY_COLUMNS)))
+_AUD_COMPARED = list(range(len(AUDIT_COLUMNS)))
+
+
+def _project(row: Sequence[Any], indexes: list[int]) -> tuple[Any, ...]:
+    return tuple(row[i] for i in indexes)
+
+
+# --------------------------------------------------------------------------- export
+
+
+@dataclass(frozen=True)
+class ExportStats:
+    path: Path
+    messages: int
+    summaries: int
+    nodes: int
+    audit_events: int
+    embeddings: int
+    bytes: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "messages": self.messages, "summaries": self.summaries, "nodes": self.nodes,
+            "auditEvents": self.audit_events, "embeddings": self.embeddings, "bytes": self.bytes,
+        }  # fmt: skip
+
+
+def _workspace_in_tenant(tenant: Tenant, workspace: Workspace | int) -> Workspace:
+    workspace_id = workspace if isinstance(workspace, int) else workspace.pk
+    found = Workspace.objects.filter(tenant=tenant, pk=workspace_id).first()
+    if found is None:
+        raise NotFound("No such workspace in this tenant.")
+    return found
+
+
+@contextmanager
+def _consistent_snapshot() -> Iterator[None]:
+    """Read every table from one snapshot when we own the transaction (a caller's transaction is kept)."""
+    if connection.in_atomic_block:
+        yield
+        return
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        yield
+
+
+def _audit_events_of(tenant: Tenant, workspace: Workspace) -> Any:
+    node_ids = MemoryNode.objects.filter(tenant=tenant, workspace=workspace).values("id")
+    return MemoryAuditEvent.objects.filter(
+        Q(workspace=workspace) | Q(workspace__isnull=True, node_id__in=node_ids), tenant=tenant
+    )
+
+
+def workspace_export_sqlite(
+    *,
+    tenant: Tenant,
+    workspace: Workspace | int,
+    path: str | os.PathLike[str],
+    include_embeddings: bool = True,
+    chunk_size: int = CHUNK_SIZE,
+    progress: Progress | None = None,
+) -> ExportStats:
+    """Write `workspace` (every row of every status) to a new SQLite file at `path`, streaming."""
+    target = Path(path)
+    partial = target.with_name(target.name + ".partial")
+    partial.unlink(missing_ok=True)
+    out = sqlite3.connect(partial, isolation_level=None)
+    report = progress or (lambda stage, done, total: None)
+    try:
+        out.executescript(
+            f"PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA application_id={APPLICATION_ID};"
+            f"PRAGMA user_version={FORMAT_VERSION};"
+        )
+        out.executescript(_SCHEMA_SQL)  # executescript commits first, so the transaction starts after it
+        out.execute("BEGIN")
+        signer = _SearchTextSigner()
+        with _consistent_snapshot(), tenant_context(tenant):
+            ws = _workspace_in_tenant(tenant, workspace)
+            counts = _export_rows(out, tenant, ws, signer, include_embeddings, chunk_size, report)
+            _write_info(out, tenant, ws, signer, counts)
+        out.execute("COMMIT")
+        report("indexes", 0, None)
+        out.executescript(_INDEX_SQL + _FTS_SQL)
+        out.executescript("PRAGMA journal_mode=DELETE; PRAGMA optimize;")
+        out.close()
+        os.replace(partial, target)
+    except BaseException:
+        out.close()
+        partial.unlink(missing_ok=True)
+        raise
+    return ExportStats(path=target, bytes=target.stat().st_size, **counts)
+
+
+def _write_chunks(
+    out: sqlite3.Connection,
+    table: str,
+    columns: tuple[Column, ...],
+    rows: Iterable[list[Any]],
+    chunk_size: int,
+    stage: str,
+    total: int,
+    report: Progress,
+) -> int:
+    sql = (
+        f"INSERT INTO {table} ({', '.join(c.name for c in columns)}) VALUES ({', '.join('?' * len(columns))})"
+    )
+    written, batch = 0, []
+    report(stage, 0, total)
+    for row in rows:
+        batch.append(row)
+        if len(batch) >= chunk_size:
+            out.executemany(sql, batch)
+            written += len(batch)
+            report(stage, len(batch), total)
+            batch = []
+    if batch:
+        out.executemany(sql, batch)
+        written += len(batch)
+        report(stage, len(batch), total)
+    return written
+
+
+def _export_rows(
+    out: sqlite3.Connection,
+    tenant: Tenant,
+    ws: Workspace,
+    signer: _SearchTextSigner,
+    include_embeddings: bool,
+    chunk_size: int,
+    report: Progress,
+) -> dict[str, int]:
+    messages = MemoryMessage.objects.filter(tenant=tenant, workspace=ws)
+    summaries = MemorySummary.objects.filter(tenant=tenant, workspace=ws)
+    nodes = MemoryNode.objects.filter(tenant=tenant, workspace=ws)
+    events = _audit_events_of(tenant, ws)
+
+    def message_rows() -> Iterator[list[Any]]:
+        query = messages.order_by("created_at", "message_id").values_list(*_MESSAGE_FIELDS)
+        for values in query.iterator(chunk_size=chunk_size):
+            row = _message_row(values)
+            content = row[_MSG["content"]]
+            if not row[_MSG["search_text"]]:
+                row[_MSG["search_text"]] = _segment(content)
+            row[_MSG["search_text_sig"]] = signer.sign("message", [content], row[_MSG["search_text"]])
+            yield row
+
+    def node_rows() -> Iterator[list[Any]]:
+        query = nodes.order_by("created_at", "id").values_list(*_NODE_FIELDS)
+        for values in query.iterator(chunk_size=chunk_size):
+            row = _node_row(values)
+            inputs = (row[_NODE["title"]], row[_NODE["content"]], values[18], values[19])
+            if not row[_NODE["search_text"]]:
+                row[_NODE["search_text"]] = _node_search_text(*inputs)
+            row[_NODE["search_text_sig"]] = signer.sign(
+                "node", _node_search_inputs(*inputs), row[_NODE["search_text"]]
+            )
+            yield row
+
+    counts = {
+        "messages": _write_chunks(out, "memory_messages", MESSAGE_COLUMNS, message_rows(), chunk_size,
+                                  "messages", messages.count(), report),
+        "summaries": _write_chunks(
+            out, "memory_summaries", SUMMARY_COLUMNS,
+            map(_summary_row, summaries.order_by("created_at", "id").values_list(*_SUMMARY_FIELDS)
+                .iterator(chunk_size=chunk_size)),
+            chunk_size, "summaries", summaries.count(), report,
+        ),
+        "nodes": _write_chunks(out, "memory_nodes", NODE_COLUMNS, node_rows(), chunk_size, "nodes",
+                               nodes.count(), report),
+        "audit_events": _write_chunks(
+            out, "memory_audit_events", AUDIT_COLUMNS,
+            map(_audit_row, events.order_by("created_at", "id").values_list(*_AUDIT_FIELDS)
+                .iterator(chunk_size=chunk_size)),
+            chunk_size, "audit events", events.count(), report,
+        ),
+        "embeddings": 0,
+    }  # fmt: skip
+    if include_embeddings:
+        with_vectors = nodes.filter(embedding__isnull=False).exclude(embedding_model="")
+        rows = (
+            [str(node_id), model, len(blob) // 4, blob]
+            for node_id, model, blob in (
+                (node_id, model, _vector_blob(raw))
+                for node_id, model, raw in with_vectors.order_by("id")
+                .annotate(vector_bytes=_vector_send())
+                .values_list("id", "embedding_model", "vector_bytes")
+                .iterator(chunk_size=chunk_size)
+            )
+        )
+        counts["embeddings"] = _write_chunks(
+            out,
+            "memory_embeddings",
+            EMBEDDING_COLUMNS,
+            rows,
+            chunk_size,
+            "vectors",
+            with_vectors.count(),
+            report,
+        )
+        messages_with_vectors = messages.filter(embedding__isnull=False).exclude(embedding_model="")
+        message_vectors = (
+            [message_id, model, len(blob) // 4, blob]
+            for message_id, model, blob in (
+                (message_id, model, _vector_blob(raw))
+                for message_id, model, raw in messages_with_vectors.order_by("message_id")
+                .annotate(vector_bytes=_vector_send())
+                .values_list("message_id", "embedding_model", "vector_bytes")
+                .iterator(chunk_size=chunk_size)
+            )
+        )
+        _write_chunks(
+            out,
+            "memory_message_embeddings",
+            MESSAGE_EMBEDDING_COLUMNS,
+            message_vectors,
+            chunk_size,
+            "message vectors",
+            messages_with_vectors.count(),
+            report,
+        )
+    return counts
+
+
+def _write_info(
+    out: sqlite3.Connection, tenant: Tenant, ws: Workspace, signer: _SearchTextSigner, counts: dict[str, int]
+) -> None:
+    now = iso_utc(timezone.now())
+    out.execute(
+        "INSERT INTO memory_schema_migrations (version, applied_at) VALUES (?, ?)", (FORMAT_VERSION, now)
+    )
+    info = {
+        "format": FORMAT_NAME,
+        "format_version": str(FORMAT_VERSION),
+        "exported_at": now,
+        "tenant": tenant.slug,
+        "workspace_id": str(ws.pk),
+        "workspace_slug": ws.slug,
+        "workspace_name": ws.name,
+        "embedding_model": _server_embedding_model() or "",
+        "embedding_dim": str(settings.EKKO_EMBEDDING_DIM),
+        "search_text_segmenter": signer.segmenter,
+        "counts": _json_text(counts),
+    }
+    out.executemany("INSERT INTO memory_export_info (key, value) VALUES (?, ?)", sorted(info.items()))
+
+
+def _server_embedding_model() -> str | None:
+    """Return the model id this server embeds with, without loading the model."""
+    from memory import embeddings
+
+    built = getattr(embeddings, "_provider", None)
+    if built is not None:
+        return built.model_id
+    provider = getattr(settings, "EKKO_EMBEDDING_PROVIDER", "local")
+    if provider == "local":
+        return embeddings.LocalUSEProvider.model_id
+    if provider == "openai":
+        model = getattr(settings, "EKKO_EMBEDDING_MODEL", "")
+        return f"openai:{model}" if model else None
+    return None
+
+
+# --------------------------------------------------------------------------- file inspection
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """What `sqlite_file_inspect` learned about a file that passed every structural check."""
+
+    version: int
+    columns: dict[str, frozenset[str]]
+    info: dict[str, str]
+
+    def has(self, table: str, column: str | None = None) -> bool:
+        if table not in self.columns:
+            return False
+        return column is None or column in self.columns[table]
+
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _check_header(path: Path) -> None:
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as handle:
+            header = handle.read(100)
+    except OSError as exc:
+        raise ImportError_(f"Cannot read the file: {exc.strerror or exc}.") from exc
+    if len(header) < 100 or not header.startswith(_SQLITE_MAGIC):
+        raise ImportError_(
+            "The file is not an SQLite database. Upload a file made by export (a .sqlite file)."
+        )
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    page_count = int.from_bytes(header[28:32], "big")
+    count_is_valid = header[24:28] == header[92:96] and page_count > 0
+    if page_size < 512 or page_size & (page_size - 1):
+        raise ImportError_("The SQLite header is damaged (impossible page size). Export the workspace again.")
+    if count_is_valid and size < page_size * page_count:
+        raise ImportError_(
+            f"The SQLite file is truncated: it has {size} bytes but its header promises "
+            f"{page_size * page_count}. Copy or upload the whole file again."
+        )
+
+
+def sqlite_file_inspect(path: str | os.PathLike[str]) -> FileInfo:
+    """Check that `path` is an intact SQLite file in a known Ekko format version; touch no database.
+
+    Raises ImportError_ naming the first problem: not SQLite, truncated or damaged, an unchecked
+    write-ahead log beside it, no or unknown `memory_schema_migrations` version, a missing table
+    or column.
+    """
+    path = Path(path)
+    _check_header(path)
+    wal = path.with_name(path.name + "-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        raise ImportError_(
+            f"{wal.name} holds writes not yet in the database. Close the agent using it, or run "
+            f"`sqlite3 {path.name} 'PRAGMA wal_checkpoint(TRUNCATE)'`, then import again."
+        )
+    try:
+        with closing_sqlite(path) as source:
+            problems = [row[0] for row in source.execute("PRAGMA quick_check(5)")]
+            if problems != ["ok"]:
+                raise ImportError_(
+                    "The SQLite file is damaged ("
+                    + "; ".join(problems)[:300]
+                    + "). Export the workspace again."
+                )
+            tables = {
+                name
+                for (name,) in source.execute(
+                    "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+                )
+            }
+            if "memory_schema_migrations" not in tables:
+                raise ImportError_(
+                    "The file has no memory_schema_migrations table, so its format version is unknown. "
+                    "Only files in the Ekko local format can be imported (see docs/sqlite-format.md)."
+                )
+            version = source.execute("SELECT max(version) FROM memory_schema_migrations").fetchone()[0]
+            if not isinstance(version, int) or version not in KNOWN_FORMAT_VERSIONS:
+                known = ", ".join(map(str, sorted(KNOWN_FORMAT_VERSIONS)))
+                raise ImportError_(
+                    f"The file's format version is {version!r}; this server reads version {known}. "
+                    "Export it again with a matching Ekko version."
+                )
+            columns: dict[str, frozenset[str]] = {}
+            for table, expected in {**TABLES, **OPTIONAL_TABLES}.items():
+                if table not in tables:
+                    if table in TABLES:
+                        raise ImportError_(
+                            f"The file has no {table} table; it is not a complete Ekko export."
+                        )
+                    continue
+                present = frozenset(row[1] for row in source.execute(f"PRAGMA table_info({table})"))
+                missing = [
+                    c.name
+                    for c in expected
+                    if (c.required or table in OPTIONAL_TABLES) and c.name not in present
+                ]
+                if missing:
+                    raise ImportError_(
+                        f"Table {table} lacks column(s) {', '.join(missing)}; it is not an "
+                        f"Ekko local format version {version} file."
+                    )
+                columns[table] = present
+            info: dict[str, str] = {}
+            if "memory_export_info" in tables:
+                info = {
+                    str(k): str(v) for k, v in source.execute("SELECT key, value FROM memory_export_info")
+                }
+            return FileInfo(version=version, columns=columns, info=info)
+    except sqlite3.DatabaseError as exc:
+        raise ImportError_(f"The SQLite file cannot be read ({exc}). Export the workspace again.") from exc
+
+
+@contextmanager
+def closing_sqlite(path: Path) -> Iterator[sqlite3.Connection]:
+    # immutable=1: read without creating journal or -shm files beside an upload (the WAL case is refused above).
+    uri = f"file:{path.resolve().as_posix()}?mode=ro&immutable=1"
+    source = sqlite3.connect(uri, uri=True, isolation_level=None)
+    try:
+        yield source
+    finally:
+        source.close()
+
+
+# --------------------------------------------------------------------------- import report
+
+
+@dataclass
+class TableCounts:
+    messages: int = 0
+    summaries: int = 0
+    nodes: int = 0
+    audit_events: int = 0
+
+    def as_json(self) -> dict[str, int]:
+        return {
+            "messages": self.messages,
+            "summaries": self.summaries,
+            "nodes": self.nodes,
+            "auditEvents": self.audit_events,
+        }
+
+
+@dataclass
+class ImportReport:
+    """What an import did: counts per table, conflicts with reasons, vectors and warnings."""
+
+    mode: str  # "same_workspace": ids kept; "copy": ids derived for the target workspace
+    imported: TableCounts = field(default_factory=TableCounts)
+    updated: TableCounts = field(default_factory=TableCounts)
+    skipped: TableCounts = field(default_factory=TableCounts)
+    conflicts: list[dict[str, Any]] = field(default_factory=list)
+    conflict_count: int = 0
+    vectors_reused: int = 0
+    vectors_pending: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    def conflict(self, table: str, source_id: str, reason: str, detail: str) -> None:
+        self.conflict_count += 1
+        if len(self.conflicts) < MAX_CONFLICTS_LISTED:
+            self.conflicts.append({"table": table, "id": source_id, "reason": reason, "detail": detail})
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "imported": self.imported.as_json(),
+            "updated": self.updated.as_json(),
+            "skipped": self.skipped.as_json(),
+            "conflicts": self.conflicts,
+            "conflictCount": self.conflict_count,
+            "mode": self.mode,
+            "vectors": {"reused": self.vectors_reused, "pendingEmbedding": self.vectors_pending},
+            "warnings": self.warnings,
+        }
+
+    def summary_line(self) -> str:
+        i, u, s = self.imported, self.updated, self.skipped
+        return (
+            f"imported {i.messages} messages, {i.summaries} summaries, {i.nodes} nodes, {i.audit_events} audit "
+            f"events; updated {u.nodes} nodes; skipped {s.messages + s.summaries + s.nodes + s.audit_events} "
+            f"identical rows; {self.conflict_count} conflicts; {self.vectors_reused} vectors reused, "
+            f"{self.vectors_pending} to embed ({self.mode})"
+        )
+
+
+# --------------------------------------------------------------------------- import: row validation
+
+_IMPORT_NAMESPACE = uuid.UUID("6f1d1b1e-8a4b-5c2e-9d57-6b0e0c7a4e11")
+_MAX = {
+    "message_id": 128,
+    "session_id": 200,
+    "title": 500,
+    "key": 255,
+    "kind": 64,
+    "item_key": 128,
+    "domain": 100,
+    "category": 100,
+    "tag": 100,
+    "entity": 200,
+    "actor": 200,
+    "agent_name": 200,
+    "category_path_text": 500,
+}
+
+
+class _Row:
+    """One file row with validating accessors; errors name the table, the row id and the column."""
+
+    def __init__(self, table: str, raw: sqlite3.Row) -> None:
+        self.table = table
+        self.raw = raw
+        self.keys = set(raw.keys())
+        value = raw["id"] if "id" in self.keys else raw[0]
+        self.id = value if isinstance(value, str) else repr(value)
+
+    def fail(self, column: str, problem: str) -> ImportError_:
+        return ImportError_(
+            f"{self.table} row id={self.id[:80]!r}, column {column}: {problem}. Fix or "
+            "re-export the file; nothing was imported."
+        )
+
+    def get(self, column: str, default: Any = None) -> Any:
+        return self.raw[column] if column in self.keys else default
+
+    def text(
+        self, column: str, *, required: bool = True, max_length: int | None = None, default: str | None = None
+    ) -> str | None:
+        value = self.get(column, default)
+        if value is None:
+            if required:
+                raise self.fail(column, "a value is required")
+            return None
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise self.fail(column, f"expected text, found {type(value).__name__}")
+        value = str(value)
+        if "\x00" in value:
+            raise self.fail(column, "contains a NUL character")
+        if max_length is not None and len(value) > max_length:
+            raise self.fail(column, f"longer than {max_length} characters")
+        return value
+
+    def choice(self, column: str, choices: Sequence[str], default: str | None = None) -> str:
+        value = self.text(column, default=default)
+        if value not in choices:
+            raise self.fail(column, f"{value!r} is not one of {', '.join(choices)}")
+        return value
+
+    def json(self, column: str, *, default: Any = None) -> Any:
+        value = self.get(column)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise self.fail(column, "expected JSON text")
+        try:
+            return json.loads(value, parse_constant=_refuse_constant)
+        except ValueError as exc:
+            raise self.fail(column, f"not valid JSON ({exc})") from exc
+
+    def json_strings(self, column: str, max_length: int | None = None) -> list[str]:
+        value = self.json(column, default=[])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.fail(column, "expected a JSON array of strings")
+        for item in value:
+            if "\x00" in item or (max_length is not None and len(item) > max_length):
+                raise self.fail(column, f"an item is longer than {max_length} characters or has a NUL")
+        return value
+
+    def json_value(self, column: str) -> Any:
+        value = self.json(column)
+        if value is not None and "\x00" in _json_text(value):
+            raise self.fail(column, "contains a NUL character")
+        return value
+
+    def timestamp(self, column: str, *, required: bool = True) -> datetime | None:
+        value = self.text(column, required=required)
+        if value is None:
+            return None
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError as exc:
+            raise self.fail(column, f"{value!r} is not an ISO-8601 timestamp") from exc
+        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+    def number(self, column: str, *, low: float = 0.0, high: float = 1.0) -> float:
+        value = self.get(column)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise self.fail(column, "expected a number")
+        if not low <= value <= high:
+            raise self.fail(column, f"{value} is outside {low}..{high}")
+        return float(value)
+
+    def integer(self, column: str, *, default: int = 0, low: int = 0, high: int = 2**31 - 1) -> int:
+        value = self.get(column, default)
+        if value is None:
+            value = default
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise self.fail(column, f"expected an integer in {low}..{high}")
+        return value
+
+
+# --------------------------------------------------------------------------- import
+
+
+@dataclass
+class _Import:
+    tenant: Tenant
+    workspace: Workspace
+    file: FileInfo
+    source: sqlite3.Connection
+    report: ImportReport
+    progress: Progress
+    actor: str
+    chunk_size: int
+    same_workspace: bool
+    source_tag: str
+    members: dict[str, int]
+    server_model: str | None
+    signer: _SearchTextSigner
+    node_ids: set[str] = field(default_factory=set)
+    summary_ids: set[str] = field(default_factory=set)
+    # Message ids taken by a different message in the target workspace → the id it was imported under.
+    message_renames: dict[str, str] = field(default_factory=dict)
+    # Nodes of the file that will not exist under their mapped id (conflict, duplicate, forgotten).
+    nodes_not_imported: set[uuid.UUID] = field(default_factory=set)
+    now: datetime = field(default_factory=timezone.now)
+
+    def target_uuid(self, source_id: str) -> uuid.UUID:
+        """Map a file id to the id in this workspace: kept for a round trip, derived (stable) for a copy."""
+        if self.same_workspace:
+            try:
+                return uuid.UUID(source_id)
+            except ValueError:
+                pass
+        return uuid.uuid5(
+            _IMPORT_NAMESPACE, f"{self.tenant.pk}:{self.workspace.pk}:{self.source_tag}:{source_id}"
+        )
+
+    def link_uuid(self, source_id: str | None, ids_in_file: set[str]) -> uuid.UUID | None:
+        """Map a link: to the mapped row when the file has it, else to the same id if it is a UUID."""
+        if source_id is None:
+            return None
+        if source_id in ids_in_file:
+            return self.target_uuid(source_id)
+        try:
+            # A link outside the file (a node of another workspace); dropped later if this tenant lacks it.
+            return uuid.UUID(source_id)
+        except ValueError:
+            return None
+
+    def user_id(self, row: _Row) -> int | None:
+        username = row.text("user_id", required=False)
+        return self.members.get(username) if username else None
+
+    def __post_init__(self) -> None:
+        self.usernames = {pk: name for name, pk in self.members.items()}
+
+    def username(self, user_id: int | None) -> str | None:
+        return None if user_id is None else self.usernames.get(user_id)
+
+    def message_id(self, source_id: str | None) -> str | None:
+        return None if source_id is None else self.message_renames.get(source_id, source_id)
+
+
+def workspace_import_sqlite(
+    *,
+    tenant: Tenant,
+    workspace: Workspace | int,
+    path: str | os.PathLike[str],
+    actor: str = "system",
+    chunk_size: int = CHUNK_SIZE,
+    progress: Progress | None = None,
+) -> ImportReport:
+    """Import an Ekko local-format file into `workspace` in one transaction and report what happened.
+
+    The file is checked first (ImportError_, code "invalid", nothing written). Into the workspace it
+    was exported from, ids are kept: identical rows are skipped, a node whose file revision is at
+    least the stored one becomes a new revision (audit event "update", reason "import"), an older
+    or clashing row is a conflict and the stored row wins. Into any other workspace the rows are a
+    copy with ids derived from (workspace, file id), so importing the same file twice adds nothing.
+    """
+    file = sqlite_file_inspect(path)
+    report_progress = progress or (lambda stage, done, total: None)
+    with closing_sqlite(Path(path)) as source:
+        source.row_factory = sqlite3.Row
+        with tenant_context(tenant):
+            ws = _workspace_in_tenant(tenant, workspace)
+            same = file.info.get("tenant") == tenant.slug and file.info.get("workspace_id") == str(ws.pk)
+            state = _Import(
+                tenant=tenant, workspace=ws, file=file, source=source,
+                report=ImportReport(mode="same_workspace" if same else "copy"), progress=report_progress,
+                actor=actor, chunk_size=chunk_size, same_workspace=same,
+                source_tag=f"{file.info.get('tenant', 'local')}/{file.info.get('workspace_id', '-')}",
+                members=_members_named(tenant, _usernames_in_file(source, file)),
+                server_model=_server_embedding_model(), signer=_SearchTextSigner(),
+            )  # fmt: skip
+            try:
+                # A savepoint, so a failed statement leaves the tenant transaction usable for its cleanup.
+                with transaction.atomic():
+                    _import_all(state)
+            except IntegrityError as exc:
+                raise ImportError_(
+                    f"The file's rows contradict each other or this workspace ({str(exc).splitlines()[0]}); "
+                    "nothing was imported."
+                ) from exc
+            except sqlite3.DatabaseError as exc:
+                raise ImportError_(f"The SQLite file cannot be read ({exc}); nothing was imported.") from exc
+            if state.report.vectors_pending:
+                _queue_embedding(tenant)
+    return state.report
+
+
+def _import_all(state: _Import) -> None:
+    source = state.source
+    _prepare_staging()
+    state.node_ids = {i for (i,) in source.execute("SELECT id FROM memory_nodes") if isinstance(i, str)}
+    state.summary_ids = {
+        i for (i,) in source.execute("SELECT id FROM memory_summaries") if isinstance(i, str)
+    }
+    _import_messages(state)
+    _import_summaries(state)
+    _import_nodes(state)
+    _import_audit_events(state)
+    with connection.cursor() as cursor:
+        # Deferred foreign keys are checked here, inside the import, rather than at a caller's commit.
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cursor.execute("SET CONSTRAINTS ALL DEFERRED")
+        _empty_staging(cursor)
+
+
+def _usernames_in_file(source: sqlite3.Connection, file: FileInfo) -> set[str]:
+    names: set[str] = set()
+    for table in ("memory_messages", "memory_nodes", "memory_audit_events"):
+        if file.has(table, "user_id"):
+            names.update(
+                n for (n,) in source.execute(f"SELECT DISTINCT user_id FROM {table}") if isinstance(n, str)
+            )
+    return names
+
+
+def _members_named(tenant: Tenant, usernames: set[str]) -> dict[str, int]:
+    """Return username → user id for the names that are members of `tenant` (others map to no user)."""
+    if not usernames:
+        return {}
+    return dict(
+        Membership.objects.filter(tenant=tenant, user__username__in=sorted(usernames)).values_list(
+            "user__username", "user_id"
+        )
+    )
+
+
+def _queue_embedding(tenant: Tenant) -> None:
+    """After commit, ask the background worker to embed rows imported without a usable vector."""
+    try:
+        from memory import tasks
+    except ImportError:
+        return
+    enqueue = getattr(tasks, "embed_missing", None)
+    if enqueue is None:
+        return
+    transaction.on_commit(lambda: enqueue.delay(tenant_id=tenant.pk))
+
+
+# Staging tables: COPY cannot write into a table with row-level security, so rows are COPYed into
+# temporary tables first and moved with INSERT … SELECT, which the tenant policy checks row by row.
+_STAGING = {
+    "memory_memorymessage": "ekko_import_messages",
+    "memory_memorysummary": "ekko_import_summaries",
+    "memory_memorynode": "ekko_import_nodes",
+    "memory_memoryauditevent": "ekko_import_events",
+}
+
+
+def _prepare_staging() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass('pg_temp.ekko_import_nodes') IS NOT NULL")
+        if cursor.fetchone()[0]:
+            # A second import in the same transaction reuses the tables (no new relations, no new locks).
+            _empty_staging(cursor)
+            return
+        for table, staging in _STAGING.items():
+            cursor.execute(f"CREATE TEMP TABLE {staging} (LIKE {table} INCLUDING DEFAULTS) ON COMMIT DROP")
+            if table in ("memory_memorymessage", "memory_memorynode"):
+                cursor.execute(f"ALTER TABLE {staging} DROP COLUMN search_vector")
+        # Messages get their integer key from the real table's identity on insert.
+        cursor.execute("ALTER TABLE ekko_import_messages ALTER COLUMN id DROP NOT NULL")
+        cursor.execute("ALTER TABLE ekko_import_nodes ADD COLUMN import_action text NOT NULL DEFAULT 'insert'")
+        cursor.execute("ALTER TABLE ekko_import_nodes ADD COLUMN source_id text")
+        cursor.execute("ALTER TABLE ekko_import_summaries ADD COLUMN source_id text")
+
+
+def _empty_staging(cursor: Any) -> None:
+    cursor.execute("TRUNCATE " + ", ".join(_STAGING.values()))
+
+
+def _copy_rows(staging: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
+    if not rows:
+        return
+    with connection.cursor() as cursor:
+        with cursor.cursor.copy(f"COPY {staging} ({', '.join(columns)}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+
+
+def _move_staged(staging: str, table: str, columns: Sequence[str], where: str = "TRUE") -> int:
+    names = ", ".join(columns)
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM {staging} WHERE {where}")
+        return cursor.rowcount
+
+
+def _read_chunks(state: _Import, sql: str, stage: str, total_sql: str) -> Iterator[list[sqlite3.Row]]:
+    total = state.source.execute(total_sql).fetchone()[0]
+    state.progress(stage, 0, total)
+    cursor = state.source.execute(sql)
+    while True:
+        rows = cursor.fetchmany(state.chunk_size)
+        if not rows:
+            return
+        yield rows
+        state.progress(stage, len(rows), total)
+
+
+def _vector(state: _Import, row: _Row, model: Any, dim: Any, blob: Any) -> tuple[str | None, str]:
+    """Return (pgvector text, model) for a reusable file vector, or (None, '') to embed again."""
+    if blob is None:
+        return None, ""
+    if not isinstance(blob, bytes) or not isinstance(dim, int) or len(blob) != dim * 4:
+        raise row.fail("vector", "the vector blob does not hold `dim` little-endian float32 values")
+    if model != state.server_model or dim != settings.EKKO_EMBEDDING_DIM:
+        return None, ""
+    if not np.isfinite(np.frombuffer(blob, dtype="<f4")).all():
+        raise row.fail("vector", "the vector holds NaN or infinite values")
+    return _vector_text(blob), model
+
+
+# ----- messages
+
+_MESSAGE_DB_COLUMNS = (
+    "tenant_id", "workspace_id", "message_id", "session_id", "user_id", "parent_id", "role", "content", "channel",
+    "agent_name", "metadata", "token_count", "created_at", "search_text", "embedding", "embedding_model",
+)  # fmt: skip
+
+
+def _import_messages(state: _Import) -> None:
+    has_vectors = state.file.has("memory_message_embeddings")
+    join = "LEFT JOIN memory_message_embeddings e ON e.message_id = m.id" if has_vectors else ""
+    vector_columns = (
+        ", e.model AS vector_model, e.dim AS vector_dim, e.vector AS vector_blob" if has_vectors else ""
+    )
+    sql = f"SELECT m.*{vector_columns} FROM memory_messages m {join} ORDER BY m.rowid"
+    ws, tenant = state.workspace, state.tenant
+    for chunk in _read_chunks(state, sql, "messages", "SELECT count(*) FROM memory_messages"):
+        incoming = [_message_in(state, _Row("memory_messages", raw)) for raw in chunk]
+        existing = {
+            values[0]: _message_row(values)
+            for values in MemoryMessage.objects.filter(
+                tenant=tenant, workspace=ws, message_id__in={m["row"][_MSG["id"]] for m in incoming}
+            ).values_list(*_MESSAGE_FIELDS)
+        }
+        renamed = {m["rename"] for m in incoming if (m["rename"] and m["row"][_MSG["id"]] in existing)}
+        existing.update(
+            (values[0], _message_row(values))
+            for values in MemoryMessage.objects.filter(tenant=tenant, workspace=ws, message_id__in=renamed)
+            .values_list(*_MESSAGE_FIELDS)
+        )  # fmt: skip
+        staged = []
+        for message in incoming:
+            row, message_id = message["row"], message["row"][_MSG["id"]]
+            stored = existing.get(message_id)
+            if stored is not None and _project(stored, _MSG_COMPARED) != _project(row, _MSG_COMPARED):
+                # Another message owns this id here: keep both, the file's under a derived id.
+                state.message_renames[message_id] = message["rename"]
+                state.report.conflict(
+                    "messages",
+                    message_id,
+                    "id_taken",
+                    f"imported as {message['rename']}: a different message has this id",
+                )
+                message_id = row[_MSG["id"]] = message["rename"]
+                stored = existing.get(message_id)
+                if stored is not None and _project(stored, _MSG_COMPARED) != _project(row, _MSG_COMPARED):
+                    continue
+            if stored is not None:
+                state.report.skipped.messages += 1
+                continue
+            state.report.imported.messages += 1
+            staged.append((
+                tenant.pk, ws.pk, message_id, row[_MSG["session_id"]], message["user"], row[_MSG["parent_id"]],
+                row[_MSG["role"]], row[_MSG["content"]], row[_MSG["channel"]], row[_MSG["agent_name"]],
+                message["metadata"], row[_MSG["token_count"]], message["created_at"], row[_MSG["search_text"]],
+                message["vector"], message["vector_model"],
+            ))  # fmt: skip
+        _copy_rows("ekko_import_messages", _MESSAGE_DB_COLUMNS, staged)
+    with connection.cursor() as cursor:
+        # Parent links to a message that was renamed follow it.
+        for old, new in state.message_renames.items():
+            cursor.execute("UPDATE ekko_import_messages SET parent_id = %s WHERE parent_id = %s", [new, old])
+        cursor.execute("SELECT count(embedding), count(*) - count(embedding) FROM ekko_import_messages")
+        _count_vectors(state, *cursor.fetchone())
+    _move_staged("ekko_import_messages", "memory_memorymessage", _MESSAGE_DB_COLUMNS)
+
+
+def _count_vectors(state: _Import, reused: int, pending: int) -> None:
+    state.report.vectors_reused += reused
+    state.report.vectors_pending += pending
+
+
+def _message_in(state: _Import, row: _Row) -> dict[str, Any]:
+    message_id = row.text("id", max_length=_MAX["message_id"])
+    content = row.text("content")
+    metadata = row.json_value("metadata_json")
+    created_at = row.timestamp("created_at")
+    search_text = row.get("search_text")
+    if not state.signer.verified("message", [content], search_text, row.get("search_text_sig")):
+        search_text = _segment(content)
+    user = state.user_id(row)
+    vector, vector_model = _vector(
+        state, row, row.get("vector_model"), row.get("vector_dim"), row.get("vector_blob")
+    )
+    file_row = [
+        message_id, row.text("session_id", max_length=_MAX["session_id"]),
+        row.text("parent_id", required=False, max_length=_MAX["message_id"]), row.choice("role", Role.values),
+        content, _json_or_none(metadata), iso_utc(created_at), state.username(user),
+        row.choice("channel", Channel.values, default=Channel.MAIN),
+        row.text("agent_name", default="", max_length=_MAX["agent_name"]),
+        row.integer("token_count"), search_text, None,
+    ]  # fmt: skip
+    digest = hashlib.sha256(content.encode()).hexdigest()[:10]
+    return {
+        "row": file_row, "user": user, "metadata": None if metadata is None else Jsonb(metadata),
+        "created_at": created_at, "vector": vector, "vector_model": vector_model,
+        "rename": f"{message_id[: _MAX['message_id'] - 16]}~import-{digest}",
+    }  # fmt: skip
+
+
+# ----- summaries
+
+_SUMMARY_DB_COLUMNS = (
+    "id", "tenant_id", "workspace_id", "session_id", "parent_summary_id", "from_message_id", "to_message_id",
+    "summary", "current_goal", "constraints", "preferences", "decisions", "completed_work", "pending_work",
+    "known_issues", "created_at",
+)  # fmt: skip
+_SUMMARY_LISTS = ("constraints", "preferences", "decisions", "completed_work", "pending_work", "known_issues")
+
+
+def _import_summaries(state: _Import) -> None:
+    ws, tenant = state.workspace, state.tenant
+    sql = "SELECT * FROM memory_summaries ORDER BY rowid"
+    for chunk in _read_chunks(state, sql, "summaries", "SELECT count(*) FROM memory_summaries"):
+        incoming = [_summary_in(state, _Row("memory_summaries", raw)) for raw in chunk]
+        existing = {
+            str(values[0]): (values[-1], _summary_row(values[:-1]))
+            for values in MemorySummary.objects.filter(tenant=tenant, pk__in=[s["id"] for s in incoming])
+            .values_list(*_SUMMARY_FIELDS, "workspace_id")
+        }  # fmt: skip
+        staged = []
+        for summary in incoming:
+            row = summary["row"]
+            stored = existing.get(row[0])
+            if stored is not None:
+                if stored[0] == ws.pk and stored[1] == row:
+                    state.report.skipped.summaries += 1
+                else:
+                    state.report.conflict(
+                        "summaries",
+                        summary["source_id"],
+                        "changed",
+                        "a different summary with this id is stored; summaries are append-only",
+                    )
+                continue
+            staged.append((
+                summary["id"], tenant.pk, ws.pk, row[_SUM["session_id"]], summary["parent"],
+                row[_SUM["from_message_id"]], row[_SUM["to_message_id"]], row[_SUM["summary"]],
+                row[_SUM["current_goal"]], *(Jsonb(summary[name]) for name in _SUMMARY_LISTS),
+                summary["created_at"], summary["source_id"],
+            ))  # fmt: skip
+        _copy_rows("ekko_import_summaries", (*_SUMMARY_DB_COLUMNS, "source_id"), staged)
+    _settle_summary_chain(state)
+    state.report.imported.summaries += _move_staged(
+        "ekko_import_summaries", "memory_memorysummary", _SUMMARY_DB_COLUMNS
+    )
+
+
+def _summary_in(state: _Import, row: _Row) -> dict[str, Any]:
+    source_id = row.text("id")
+    target_id = state.target_uuid(source_id)
+    parent = state.link_uuid(row.text("parent_summary_id", required=False), state.summary_ids)
+    created_at = row.timestamp("created_at")
+    lists = {name: row.json_strings(f"{name}_json") for name in _SUMMARY_LISTS}
+    file_row = [
+        str(target_id), row.text("session_id", max_length=_MAX["session_id"]), _str_or_none(parent),
+        state.message_id(row.text("from_message_id", max_length=_MAX["message_id"])),
+        state.message_id(row.text("to_message_id", max_length=_MAX["message_id"])), row.text("summary"),
+        row.text("current_goal", required=False), *(_json_text(lists[name]) for name in _SUMMARY_LISTS),
+        iso_utc(created_at),
+    ]  # fmt: skip
+    return {
+        "id": target_id,
+        "source_id": source_id,
+        "parent": parent,
+        "created_at": created_at,
+        "row": file_row,
+        **lists,
+    }
+
+
+def _settle_summary_chain(state: _Import) -> None:
+    """Drop staged summaries that would fork a session's chain or hang from a missing parent (reported)."""
+    with connection.cursor() as cursor:
+        while True:
+            cursor.execute(
+                """
+                SELECT s.source_id, CASE WHEN s.parent_summary_id IS NOT NULL AND p.id IS NULL AND q.id IS NULL
+                                         THEN 'missing_parent' ELSE 'chain_fork' END
+                FROM ekko_import_summaries s
+                LEFT JOIN ekko_import_summaries q ON q.id = s.parent_summary_id
+                LEFT JOIN memory_memorysummary p ON p.id = s.parent_summary_id AND p.tenant_id = %s
+                WHERE (s.parent_summary_id IS NOT NULL AND p.id IS NULL AND q.id IS NULL)
+                   OR EXISTS (SELECT 1 FROM memory_memorysummary e
+                              WHERE e.tenant_id = %s AND e.workspace_id = %s AND e.session_id = s.session_id
+                                AND e.parent_summary_id IS NOT DISTINCT FROM s.parent_summary_id AND e.id <> s.id)
+                """,
+                [state.tenant.pk, state.tenant.pk, state.workspace.pk],
+            )
+            dropped = cursor.fetchall()
+            if not dropped:
+                return
+            for source_id, reason in dropped:
+                detail = (
+                    "its parent summary is neither in the file nor stored"
+                    if reason == "missing_parent"
+                    else "the stored chain already continues differently from this summary's parent"
+                )
+                state.report.conflict("summaries", source_id, reason, detail)
+            cursor.execute(
+                "DELETE FROM ekko_import_summaries WHERE source_id = ANY(%s)", [[s for s, _ in dropped]]
+            )
+
+
+# ----- nodes
+
+_NODE_DB_COLUMNS = (
+    "id", "tenant_id", "workspace_id", "user_id", "session_id", "parent_id", "supersedes_id", "scope", "owner_ref",
+    "kind", "item_key", "key", "domain", "category_path", "category_path_text", "type", "value_json", "title",
+    "content", "status", "confidence", "importance", "tags", "entities", "source_message_ids",
+    "explicit_user_intent", "revision", "created_at", "updated_at", "expires_at", "access_count",
+    "last_accessed_at", "search_text", "embedding", "embedding_model",
+)  # fmt: skip
+_NODE_UPDATED_COLUMNS = tuple(
+    c
+    for c in _NODE_DB_COLUMNS
+    if c
+    not in {
+        "id",
+        "tenant_id",
+        "workspace_id",
+        "created_at",
+        "access_count",
+        "last_accessed_at",
+        "embedding",
+        "embedding_model",
+    }
+)
+
+
+def _import_nodes(state: _Import) -> None:
+    has_vectors = state.file.has("memory_embeddings")
+    join = "LEFT JOIN memory_embeddings e ON e.node_id = n.id" if has_vectors else ""
+    vector_columns = (
+        ", e.model AS vector_model, e.dim AS vector_dim, e.vector AS vector_blob" if has_vectors else ""
+    )
+    sql = f"SELECT n.*{vector_columns} FROM memory_nodes n {join} ORDER BY n.rowid"
+    ws, tenant = state.workspace, state.tenant
+    previous_versions: dict[uuid.UUID, dict[str, Any]] = {}
+    for chunk in _read_chunks(state, sql, "nodes", "SELECT count(*) FROM memory_nodes"):
+        incoming = [_node_in(state, _Row("memory_nodes", raw)) for raw in chunk]
+        ids = [n["id"] for n in incoming]
+        existing = {
+            values[0]: (values[4], values[-1], _node_row(values[:-1]))
+            for values in MemoryNode.objects.filter(tenant=tenant, pk__in=ids).values_list(
+                *_NODE_FIELDS, "owner_ref"
+            )
+        }
+        missing = [i for i in ids if i not in existing]
+        forgotten = set(
+            MemoryAuditEvent.objects.filter(tenant=tenant, node_id__in=missing).values_list(
+                "node_id", flat=True
+            )
+        )
+        staged = []
+        for node in incoming:
+            node_id, row, source_id = node["id"], node["row"], node["source_id"]
+            if node_id in forgotten:
+                state.nodes_not_imported.add(node_id)
+                state.report.conflict(
+                    "nodes",
+                    source_id,
+                    "forgotten",
+                    "this memory was hard-forgotten here; it is not brought back",
+                )
+                continue
+            stored = existing.get(node_id)
+            if stored is None:
+                staged.append(_node_db_row(state, node, "insert"))
+                continue
+            stored_workspace, stored_owner_ref, stored_row = stored
+            if stored_workspace != ws.pk:
+                state.nodes_not_imported.add(node_id)
+                state.report.conflict(
+                    "nodes", source_id, "other_workspace", "a node with this id belongs to another workspace"
+                )
+                continue
+            if _project(stored_row, _NODE_COMPARED) == _project(row, _NODE_COMPARED):
+                state.report.skipped.nodes += 1
+                continue
+            stored_revision, file_revision = stored_row[_NODE["revision"]], row[_NODE["revision"]]
+            if file_revision < stored_revision:
+                state.nodes_not_imported.add(node_id)
+                state.report.conflict(
+                    "nodes",
+                    source_id,
+                    "stale_revision",
+                    f"the file has revision {file_revision}, the stored node is at "
+                    f"{stored_revision} with different content; the stored node is kept",
+                )
+                continue
+            node["revision"] = max(stored_revision + 1, file_revision)
+            if (
+                stored_row[_NODE["scope"]],
+                stored_row[_NODE["session_id"]],
+                stored_row[_NODE["user_id"]],
+            ) == (row[_NODE["scope"]], row[_NODE["session_id"]], row[_NODE["user_id"]]):
+                node["owner_ref"] = stored_owner_ref
+            previous_versions[node_id] = {
+                "fromRevision": stored_revision,
+                "toRevision": node["revision"],
+                "previous": _node_json(stored_row),
+            }
+            staged.append(_node_db_row(state, node, "update"))
+        _copy_rows("ekko_import_nodes", (*_NODE_DB_COLUMNS, "import_action", "source_id"), staged)
+    _settle_node_slots(state)
+    _apply_staged_nodes(state, previous_versions)
+
+
+def _node_in(state: _Import, row: _Row) -> dict[str, Any]:
+    source_id = row.text("id")
+    node_id = state.target_uuid(source_id)
+    scope = row.choice("scope", Scope.values)
+    node_type = row.choice("type", NodeType.values)
+    category_path = row.json_strings("category_path_json", _MAX["category"])
+    title = row.text("title", max_length=_MAX["title"])
+    content = row.text("content")
+    tags = row.json_strings("tags_json", _MAX["tag"])
+    entities = row.json_strings("entities_json", _MAX["entity"])
+    key = row.text("key", required=False, max_length=_MAX["key"]) or f"unkeyed:{source_id}"[: _MAX["key"]]
+    kind = row.text("kind", required=False, max_length=_MAX["kind"]) or key.split(":", 1)[0][: _MAX["kind"]]
+    session_id = row.text("session_id", required=False, max_length=_MAX["session_id"])
+    user = state.user_id(row)
+    source_message_ids = [
+        state.message_id(i) for i in row.json_strings("source_message_ids_json", _MAX["message_id"])
+    ]
+    value_json = row.json_value("value_json")
+    timestamps = {
+        c: row.timestamp(c, required=c in ("created_at", "updated_at"))
+        for c in ("created_at", "updated_at", "expires_at", "last_accessed_at")
+    }
+    parent = state.link_uuid(row.text("parent_id", required=False), state.node_ids)
+    supersedes = state.link_uuid(row.text("supersedes_id", required=False), state.node_ids)
+    search_text = row.get("search_text")
+    if not state.signer.verified(
+        "node", _node_search_inputs(title, content, tags, entities), search_text, row.get("search_text_sig")
+    ):
+        search_text = _node_search_text(title, content, tags, entities)
+    vector, vector_model = _vector(
+        state, row, row.get("vector_model"), row.get("vector_dim"), row.get("vector_blob")
+    )
+    category_path_text = "/".join(category_path)
+    if len(category_path_text) > _MAX["category_path_text"]:
+        raise row.fail("category_path_json", "the joined path is longer than 500 characters")
+    file_row = [
+        str(node_id), _str_or_none(parent), _str_or_none(supersedes), session_id, str(state.workspace.pk),
+        state.username(user), scope, row.text("domain", max_length=_MAX["domain"]), _json_text(category_path),
+        category_path_text, node_type, key, _json_or_none(value_json), title, content,
+        row.choice("status", NodeStatus.values), row.number("confidence"), row.number("importance"),
+        _json_text(tags), _json_text(entities), _json_text(source_message_ids),
+        *(iso_utc(timestamps[c]) for c in ("created_at", "updated_at", "expires_at")),
+        row.integer("revision", default=1, low=1), kind,
+        row.text("item_key", required=False, max_length=_MAX["item_key"]),
+        int(bool(row.integer("explicit_user_intent", high=1))), row.integer("access_count"),
+        iso_utc(timestamps["last_accessed_at"]), search_text, None,
+    ]  # fmt: skip
+    return {
+        "id": node_id, "source_id": source_id, "row": file_row, "user": user, "parent": parent,
+        "supersedes": supersedes, "category_path": category_path, "tags": tags, "entities": entities,
+        "source_message_ids": source_message_ids, "value_json": value_json, "timestamps": timestamps,
+        "revision": file_row[_NODE["revision"]], "vector": vector, "vector_model": vector_model,
+        "owner_ref": owner_ref(scope=scope, workspace_id=state.workspace.pk, session_id=session_id, user_id=user),
+    }  # fmt: skip
+
+
+def _node_db_row(state: _Import, node: dict[str, Any], action: str) -> tuple[Any, ...]:
+    row, t = node["row"], node["timestamps"]
+    return (
+        node["id"], state.tenant.pk, state.workspace.pk, node["user"], row[_NODE["session_id"]], node["parent"],
+        node["supersedes"], row[_NODE["scope"]], node["owner_ref"], row[_NODE["kind"]], row[_NODE["item_key"]],
+        row[_NODE["key"]], row[_NODE["domain"]], node["category_path"], row[_NODE["category_path_text"]],
+        row[_NODE["type"]], None if node["value_json"] is None else Jsonb(node["value_json"]), row[_NODE["title"]],
+        row[_NODE["content"]], row[_NODE["status"]], row[_NODE["confidence"]], row[_NODE["importance"]],
+        node["tags"], node["entities"], node["source_message_ids"], bool(row[_NODE["explicit_user_intent"]]),
+        node["revision"], t["created_at"], t["updated_at"], t["expires_at"], row[_NODE["access_count"]],
+        t["last_accessed_at"], row[_NODE["search_text"]], node["vector"], node["vector_model"], action,
+        node["source_id"],
+    )  # fmt: skip
+
+
+def _node_json(row: Sequence[Any]) -> dict[str, Any]:
+    """Return the API-shaped previous values of a node, kept in the import's update audit event."""
+
+    def parsed(column: str) -> Any:
+        value = row[_NODE[column]]
+        return None if value is None else json.loads(value)
+
+    return {
+        "title": row[_NODE["title"]], "content": row[_NODE["content"]], "status": row[_NODE["status"]],
+        "valueJson": parsed("value_json"), "scope": row[_NODE["scope"]], "key": row[_NODE["key"]],
+        "confidence": row[_NODE["confidence"]], "importance": row[_NODE["importance"]],
+        "tags": parsed("tags_json"), "entities": parsed("entities_json"),
+        "sourceMessageIds": parsed("source_message_ids_json"), "expiresAt": row[_NODE["expires_at"]],
+        "supersedesId": row[_NODE["supersedes_id"]], "parentId": row[_NODE["parent_id"]],
+        "updatedAt": row[_NODE["updated_at"]],
+    }  # fmt: skip
+
+
+def _settle_node_slots(state: _Import) -> None:
+    """Keep one active node per slot: file nodes whose slot another active node holds are not imported.
+
+    An identical card already active in the slot (a user's preference copied along with its
+    workspace) counts as skipped and links to it follow the stored card; a different one is a
+    conflict and the stored card wins. Links to nodes that end up nowhere are cleared.
+    """
+    tenant_id = state.tenant.pk
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT scope, owner_ref, key, array_agg(source_id ORDER BY source_id)
+            FROM ekko_import_nodes WHERE status = 'active' GROUP BY scope, owner_ref, key HAVING count(*) > 1
+            LIMIT 5
+            """
+        )
+        clashes = cursor.fetchall()
+        if clashes:
+            described = "; ".join(
+                f"{scope} slot {key!r}: ids {', '.join(ids[:3])}" for scope, _, key, ids in clashes
+            )
+            raise ImportError_(
+                f"The file has more than one active node in the same slot ({described}). "
+                "Mark all but the newest superseded and import again; nothing was imported."
+            )
+        cursor.execute(
+            """
+            SELECT s.id, s.source_id, s.import_action, n.id,
+                   s.title = n.title AND s.content = n.content AND s.value_json IS NOT DISTINCT FROM n.value_json
+            FROM ekko_import_nodes s
+            JOIN memory_memorynode n ON n.tenant_id = %s AND n.status = 'active' AND n.scope = s.scope
+                 AND n.owner_ref = s.owner_ref AND n.key = s.key AND n.id <> s.id
+            WHERE s.status = 'active'
+              AND NOT EXISTS (SELECT 1 FROM ekko_import_nodes u
+                              WHERE u.id = n.id AND (u.status <> 'active' OR u.scope <> n.scope
+                                                     OR u.owner_ref <> n.owner_ref OR u.key <> n.key))
+            """,
+            [tenant_id],
+        )
+        duplicates: list[tuple[uuid.UUID, uuid.UUID]] = []
+        for staged_id, source_id, action, holder_id, same_card in cursor.fetchall():
+            state.nodes_not_imported.add(staged_id)
+            if same_card and action == "insert":
+                state.report.skipped.nodes += 1
+                duplicates.append((staged_id, holder_id))
+            else:
+                state.report.conflict(
+                    "nodes",
+                    source_id,
+                    "slot_taken",
+                    f"node {holder_id} is already active in this slot with other content",
+                )
+        if state.nodes_not_imported:
+            cursor.execute(
+                "DELETE FROM ekko_import_nodes WHERE id = ANY(%s)", [list(state.nodes_not_imported)]
+            )
+        for staged_id, holder_id in duplicates:
+            for link in ("parent_id", "supersedes_id"):
+                cursor.execute(
+                    f"UPDATE ekko_import_nodes SET {link} = %s WHERE {link} = %s", [holder_id, staged_id]
+                )
+        dropped = 0
+        for link in ("parent_id", "supersedes_id"):
+            cursor.execute(
+                f"""
+                UPDATE ekko_import_nodes s SET {link} = NULL
+                WHERE {link} IS NOT NULL
+                  AND NOT EXISTS (SELECT 1 FROM ekko_import_nodes x WHERE x.id = s.{link})
+                  AND NOT EXISTS (SELECT 1 FROM memory_memorynode n WHERE n.id = s.{link} AND n.tenant_id = %s)
+                """,
+                [tenant_id],
+            )
+            dropped += cursor.rowcount
+        if dropped:
+            state.report.warnings.append(
+                f"{dropped} link(s) (parentId/supersedesId) pointed at nodes that are neither in the file nor in "
+                "this tenant; they were cleared."
+            )
+
+
+def _apply_staged_nodes(state: _Import, previous_versions: dict[uuid.UUID, dict[str, Any]]) -> None:
+    assignments = ", ".join(f"{c} = s.{c}" for c in _NODE_UPDATED_COLUMNS)
+    with connection.cursor() as cursor:
+        # Nodes leaving a slot are updated before nodes entering one, so the one-active-per-slot index holds.
+        for status_test in ("s.status <> 'active'", "s.status = 'active'"):
+            cursor.execute(
+                f"""
+                UPDATE memory_memorynode n SET {assignments},
+                       embedding = CASE WHEN s.embedding IS NOT NULL THEN s.embedding
+                                        WHEN s.title = n.title AND s.content = n.content THEN n.embedding END,
+                       embedding_model = CASE WHEN s.embedding IS NOT NULL THEN s.embedding_model
+                                              WHEN s.title = n.title AND s.content = n.content
+                                              THEN n.embedding_model ELSE '' END
+                FROM ekko_import_nodes s
+                WHERE s.import_action = 'update' AND n.id = s.id AND n.tenant_id = %s AND {status_test}
+                """,
+                [state.tenant.pk],
+            )
+            state.report.updated.nodes += cursor.rowcount
+    # Inactive rows first: a file's active node may supersede one of them.
+    state.report.imported.nodes += _move_staged(
+        "ekko_import_nodes",
+        "memory_memorynode",
+        _NODE_DB_COLUMNS,
+        "import_action = 'insert' AND status <> 'active'",
+    )
+    state.report.imported.nodes += _move_staged(
+        "ekko_import_nodes",
+        "memory_memorynode",
+        _NODE_DB_COLUMNS,
+        "import_action = 'insert' AND status = 'active'",
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT count(s.embedding), count(*) FILTER (WHERE n.embedding IS NULL)
+            FROM ekko_import_nodes s JOIN memory_memorynode n ON n.id = s.id AND n.tenant_id = %s
+            """,
+            [state.tenant.pk],
+        )
+        _count_vectors(state, *cursor.fetchone())
+        cursor.execute(
+            "SELECT id, session_id, user_id FROM ekko_import_nodes WHERE import_action = 'update' ORDER BY source_id"
+        )
+        updated = cursor.fetchall()
+    MemoryAuditEvent.objects.bulk_create(
+        [
+            MemoryAuditEvent(
+                tenant=state.tenant,
+                workspace=state.workspace,
+                event_type=AuditEventType.UPDATE,
+                node_id=node_id,
+                session_id=session_id,
+                user_id=user_id,
+                actor=state.actor,
+                reason="import",
+                payload={"source": "sqlite_import", **previous_versions[node_id]},
+                created_at=state.now,
+            )
+            for node_id, session_id, user_id in updated
+        ],
+        batch_size=1000,
+    )
+
+
+# ----- audit events
+
+_AUDIT_DB_COLUMNS = (
+    "id", "tenant_id", "workspace_id", "event_type", "node_id", "session_id", "user_id", "actor", "reason",
+    "payload", "created_at",
+)  # fmt: skip
+
+
+def _import_audit_events(state: _Import) -> None:
+    ws, tenant = state.workspace, state.tenant
+    sql = "SELECT * FROM memory_audit_events ORDER BY rowid"
+    for chunk in _read_chunks(state, sql, "audit events", "SELECT count(*) FROM memory_audit_events"):
+        incoming = [_audit_in(state, _Row("memory_audit_events", raw)) for raw in chunk]
+        existing = {
+            str(values[0]): _audit_row(values)
+            for values in _audit_events_of(tenant, ws).filter(pk__in=[e["id"] for e in incoming])
+            .values_list(*_AUDIT_FIELDS)
+        }  # fmt: skip
+        elsewhere = set(
+            MemoryAuditEvent.objects.filter(tenant=tenant, pk__in=[e["id"] for e in incoming])
+            .exclude(pk__in=[uuid.UUID(i) for i in existing]).values_list("id", flat=True)
+        )  # fmt: skip
+        staged = []
+        for event in incoming:
+            row = event["row"]
+            stored = existing.get(row[0])
+            if stored is not None or event["id"] in elsewhere:
+                if stored == row:
+                    state.report.skipped.audit_events += 1
+                else:
+                    state.report.conflict(
+                        "auditEvents",
+                        event["source_id"],
+                        "changed",
+                        "a different audit event with this id is stored; events are append-only",
+                    )
+                continue
+            if event["node_id"] in state.nodes_not_imported:
+                # History of a card that was not imported (conflict, duplicate or forgotten) stays out.
+                state.report.skipped.audit_events += 1
+                continue
+            staged.append((
+                event["id"], tenant.pk, ws.pk, row[_AUD["event_type"]], event["node_id"], row[_AUD["session_id"]],
+                event["user"], row[_AUD["actor"]], row[_AUD["reason"]],
+                None if event["payload"] is None else Jsonb(event["payload"]), event["created_at"],
+            ))  # fmt: skip
+        _copy_rows("ekko_import_events", _AUDIT_DB_COLUMNS, staged)
+        state.report.imported.audit_events += len(staged)
+    _move_staged("ekko_import_events", "memory_memoryauditevent", _AUDIT_DB_COLUMNS)
+
+
+def _audit_in(state: _Import, row: _Row) -> dict[str, Any]:
+    source_id = row.text("id")
+    event_id = state.target_uuid(source_id)
+    source_node = row.text("node_id", required=False)
+    # Events outlive their nodes, so an event's node id is mapped even when the node is not in the file.
+    node_id = None if source_node is None else state.target_uuid(source_node)
+    payload = row.json_value("payload_json")
+    created_at = row.timestamp("created_at")
+    user = state.user_id(row)
+    file_row = [
+        str(event_id), row.choice("event_type", AuditEventType.values), _str_or_none(node_id),
+        row.text("session_id", required=False, max_length=_MAX["session_id"]), str(state.workspace.pk),
+        state.username(user), row.text("actor", max_length=_MAX["actor"]), row.text("reason"),
+        _json_or_none(payload), iso_utc(created_at),
+    ]  # fmt: skip
+    return {
+        "id": event_id,
+        "source_id": source_id,
+        "node_id": node_id,
+        "payload": payload,
+        "created_at": created_at,
+        "user": user,
+        "row": file_row,
+    }
