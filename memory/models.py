@@ -245,3 +245,38 @@ class MemoryKind(TenantOwnedModel):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="kind_tenant_name_uniq")]
+
+
+class ExtractionStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    RETRYING = "retrying"
+    FAILED = "failed"
+
+
+class ExtractionRun(TenantOwnedModel):
+    """One background extraction of a session's new messages: its state is visible (`GET extract/{taskId}`)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
+    session_id = models.CharField(max_length=200)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                             related_name="+")
+    trigger = models.CharField(max_length=32, default="api")
+    status = models.CharField(max_length=16, choices=ExtractionStatus.choices, default=ExtractionStatus.QUEUED)
+    attempts = models.PositiveIntegerField(default=0)
+    # Messages with an internal id in (after_message_pk, up_to_message_pk] are this run's input.
+    after_message_pk = models.BigIntegerField(default=0)
+    up_to_message_pk = models.BigIntegerField(null=True, blank=True)
+    results = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    next_retry_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["tenant", "workspace", "session_id", "created_at"], name="extraction_session_idx"),
+            models.Index(fields=["tenant", "status", "next_retry_at"], name="extraction_retry_idx"),
+        ]
