@@ -179,3 +179,13 @@ CELERY_TASK_EAGER_PROPAGATES = False
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND", CELERY_BROKER_URL or None)
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "ekko")
+# Fail fast when the broker is down: the request goes on and the periodic sweeps catch up.
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
+CELERY_TASK_PUBLISH_RETRY = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE = {
+    "expire-nodes": {"task": "memory.expire_nodes", "schedule": 300.0},
+    "retry-extractions": {"task": "memory.retry_extractions", "schedule": 60.0},
+    "embed-missing": {"task": "memory.embed_missing", "schedule": 300.0},
+}

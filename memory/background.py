@@ -1,15 +1,53 @@
-"""Work that follows a commit (embeddings, extraction); hooks called from memory.services via on_commit."""
+"""Work that follows a commit (embeddings, extraction), queued from memory.services with on_commit.
+
+Queuing never fails the request that caused it: with the broker down the failure is logged and
+the work stays visible in the database (rows without vectors, queued extraction runs), where the
+periodic sweeps (`memory.embed_missing`, `memory.retry_extractions`) pick it up later.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
 
+def enqueue(task: Any, *args: Any) -> bool:
+    """Send `task` to the broker (or run it eagerly without one); log and return False on failure."""
+    try:
+        task.delay(*args)
+    except Exception:  # noqa: BLE001 - broker outages and eager task failures must not reach the request
+        logger.warning("could not run or queue %s%r; a periodic sweep will retry", task.name, args, exc_info=True)
+        return False
+    return True
+
+
 def after_nodes_written(tenant_id: int, node_ids: list) -> None:
     """Queue embeddings for new or changed nodes."""
+    from memory import tasks
+
+    enqueue(tasks.embed_nodes, tenant_id, [str(pk) for pk in node_ids])
 
 
 def after_messages_captured(tenant_id: int, workspace_id: int, session_id: str, message_pks: list[int]) -> None:
-    """Queue embeddings for new main-channel messages and, past the thresholds, an extraction run."""
+    """Queue embeddings for new messages and, past the extraction thresholds, an extraction run."""
+    from memory import tasks
+
+    enqueue(tasks.embed_messages, tenant_id, message_pks)
+    _maybe_extract(tenant_id, workspace_id, session_id, message_pks)
+
+
+def _maybe_extract(tenant_id: int, workspace_id: int, session_id: str, message_pks: list[int]) -> None:
+    request: Callable[..., Any] | None
+    try:
+        from memory.extraction import extraction_maybe_request as request
+    except ImportError:
+        request = None
+    if request is None:
+        return
+    try:
+        request(tenant_id=tenant_id, workspace_id=workspace_id, session_id=session_id, message_pks=message_pks)
+    except Exception:  # noqa: BLE001 - extraction is best effort after the turn; it never fails the capture
+        logger.exception("could not request extraction for session %s", session_id)

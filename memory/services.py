@@ -642,6 +642,25 @@ def node_restore(*, viewer: Viewer, node_id: Any, expected_revision: int, reason
     return node
 
 
+def nodes_expire_due(*, now: datetime | None = None, limit_per_tenant: int = 1000) -> int:
+    """Mark active nodes whose `expiresAt` has passed as expired (the Celery beat sweep); return the count."""
+    now = now or timezone.now()
+    expired = 0
+    for tenant in Tenant.objects.all():
+        with tenant_context(tenant):
+            due = list(MemoryNode.objects.select_for_update(skip_locked=True)
+                       .filter(tenant=tenant, status=NodeStatus.ACTIVE, expires_at__lte=now)[:limit_per_tenant])
+            for node in due:
+                node.status, node.revision, node.updated_at = NodeStatus.EXPIRED, node.revision + 1, now
+                node.save(update_fields=["status", "revision", "updated_at"])
+                MemoryAuditEvent.objects.create(
+                    tenant=tenant, workspace_id=node.workspace_id, event_type=AuditEventType.EXPIRE, node_id=node.pk,
+                    session_id=node.session_id, actor="system:expiry", reason="expiresAt passed",
+                    payload={"revision": node.revision}, created_at=now)
+            expired += len(due)
+    return expired
+
+
 def node_access_record(*, tenant: Tenant, node_ids: Iterable[UUID]) -> None:
     """Count one retrieval of each node (seed 004) without touching its revision or updatedAt."""
     ids = list(dict.fromkeys(node_ids))
@@ -660,4 +679,4 @@ def _jsonable(value: Any) -> Any:
 
 
 __all__ = ["DEFAULT_KINDS", "ForgetRequest", "WriteResult", "message_append_batch", "node_access_record",
-           "node_forget", "node_restore", "node_write_batch", "summary_append"]
+           "node_forget", "node_restore", "node_write_batch", "nodes_expire_due", "summary_append"]

@@ -1,0 +1,96 @@
+"""Vectors for nodes and messages: computed in the background after commit, swept up when work was missed.
+
+Embeddings are derived data (like the search index), so writing them is no memory mutation: no
+revision bump, no audit event. Each function takes the tenant id explicitly and works inside
+its tenant context.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+
+from django.db.models import Q
+from django.db.models.functions import Length
+
+from memory.embeddings import get_provider
+from memory.models import Channel, MemoryMessage, MemoryNode
+from tenants.context import tenant_context
+from tenants.models import Tenant
+
+logger = logging.getLogger(__name__)
+
+MIN_MESSAGE_CHARS = 10  # seed 004: short messages ("ok", "thanks") are not worth a vector
+BATCH = 128
+
+
+def node_embedding_text(node: MemoryNode) -> str:
+    value = node.value_json
+    value_text = value if isinstance(value, str) else (json.dumps(value, ensure_ascii=False) if value else "")
+    return "\n".join(part for part in (node.title, node.content, value_text) if part)
+
+
+def nodes_embed(*, tenant_id: int, node_ids: Sequence[str]) -> int:
+    """Compute vectors for the given nodes with the configured provider; return how many were stored."""
+    provider = get_provider()
+    stored = 0
+    with tenant_context(tenant_id):
+        for start in range(0, len(node_ids), BATCH):
+            nodes = list(MemoryNode.objects.filter(tenant_id=tenant_id, pk__in=node_ids[start:start + BATCH])
+                         .only("id", "title", "content", "value_json"))
+            if not nodes:
+                continue
+            vectors = provider.embed([node_embedding_text(n) for n in nodes])
+            for node, vector in zip(nodes, vectors, strict=True):
+                node.embedding, node.embedding_model = vector, provider.model_id
+            MemoryNode.objects.bulk_update(nodes, ["embedding", "embedding_model"])
+            stored += len(nodes)
+    logger.info("embedded %d node(s) of tenant %s with %s", stored, tenant_id, provider.model_id)
+    return stored
+
+
+def embeddable_messages(tenant_id: int):  # noqa: ANN201 - a queryset
+    """Main-channel messages long enough to embed (call inside the tenant context)."""
+    return MemoryMessage.objects.annotate(length=Length("content")).filter(
+        tenant_id=tenant_id, channel=Channel.MAIN, length__gte=MIN_MESSAGE_CHARS)
+
+
+def messages_embed(*, tenant_id: int, message_pks: Sequence[int]) -> int:
+    """Compute vectors for main-channel messages of at least MIN_MESSAGE_CHARS characters."""
+    provider = get_provider()
+    stored = 0
+    with tenant_context(tenant_id):
+        for start in range(0, len(message_pks), BATCH):
+            messages = list(embeddable_messages(tenant_id).filter(pk__in=message_pks[start:start + BATCH])
+                            .only("id", "content"))
+            if not messages:
+                continue
+            vectors = provider.embed([m.content for m in messages])
+            for message, vector in zip(messages, vectors, strict=True):
+                message.embedding, message.embedding_model = vector, provider.model_id
+            MemoryMessage.objects.bulk_update(messages, ["embedding", "embedding_model"])
+            stored += len(messages)
+    logger.info("embedded %d message(s) of tenant %s with %s", stored, tenant_id, provider.model_id)
+    return stored
+
+
+def stale_vector_q(model_id: str) -> Q:
+    return Q(embedding__isnull=True) | ~Q(embedding_model=model_id)
+
+
+def embed_missing(*, limit_per_tenant: int = 2000) -> int:
+    """Catch up on rows whose vector is missing or from another model (lost tasks, broker outages)."""
+    provider = get_provider()
+    total = 0
+    for tenant_id in Tenant.objects.values_list("pk", flat=True):
+        with tenant_context(tenant_id):
+            node_ids = list(MemoryNode.objects.filter(stale_vector_q(provider.model_id), tenant_id=tenant_id)
+                            .values_list("pk", flat=True)[:limit_per_tenant])
+            message_pks = list(embeddable_messages(tenant_id).filter(stale_vector_q(provider.model_id))
+                               .values_list("pk", flat=True)[:limit_per_tenant])
+        if node_ids:
+            total += nodes_embed(tenant_id=tenant_id, node_ids=[str(pk) for pk in node_ids])
+        if message_pks:
+            total += messages_embed(tenant_id=tenant_id, message_pks=message_pks)
+    return total

