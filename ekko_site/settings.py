@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "django.contrib.postgres",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_htmx",
     "template_partials",
 ]
@@ -165,6 +166,7 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
     "OAS_VERSION": "3.1.0",
+    "REDOC_DIST": "SIDECAR",  # docs assets served locally, no CDN
     "ENUM_NAME_OVERRIDES": {"ScopeEnum": "tenants.models.Scope", "NodeTypeEnum": "memory.models.NodeType"},
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
