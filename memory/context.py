@@ -378,17 +378,15 @@ def _is_open_task(node: MemoryNode) -> bool:
 
 
 def _long_term_order(standing: list[MemoryNode], relevant: list[MemoryNode]) -> list[MemoryNode]:
-    always = [node for node in standing if node.kind in ALWAYS_RECALLED_KINDS]
-    tasks = [
-        node for node in standing if node.type == NodeType.TASK and node.kind not in ALWAYS_RECALLED_KINDS
-    ]
-    rest = [
-        node for node in standing if node.kind not in ALWAYS_RECALLED_KINDS and node.type != NodeType.TASK
-    ]
-    constraints = [node for node in rest if node.type == NodeType.CONSTRAINT]
-    preferences = [node for node in rest if node.type != NodeType.CONSTRAINT]
+    """Return each candidate once: always-recalled kinds, tasks, query hits, constraints, preferences."""
     ordered: dict[UUID, MemoryNode] = {}
-    for node in (*always, *tasks, *relevant, *constraints, *preferences):
+    for node in (
+        *(node for node in standing if node.kind in ALWAYS_RECALLED_KINDS),
+        *(node for node in standing if node.type == NodeType.TASK),
+        *relevant,
+        *(node for node in standing if node.type == NodeType.CONSTRAINT),
+        *standing,
+    ):
         ordered.setdefault(node.pk, node)
     return list(ordered.values())
 
