@@ -72,11 +72,9 @@ def tenant_context(tenant: Tenant | int, *, using: str = "default") -> Iterator[
     try:
         with transaction.atomic(using=using):
             _set_database_tenant(using, str(tenant_id), all_tenants=False)
-            try:
-                yield
-            finally:
-                if connections[using].in_atomic_block and not connections[using].needs_rollback:
-                    _restore_database_binding(using, outer)
+            yield
+            # On an exception the savepoint's rollback undoes the setting already; restore on success only.
+            _restore_database_binding(using, outer)
     finally:
         _current.reset(token)
 
@@ -89,11 +87,8 @@ def all_tenants_context(*, using: str = "default") -> Iterator[None]:
     try:
         with transaction.atomic(using=using):
             _set_database_tenant(using, "", all_tenants=True)
-            try:
-                yield
-            finally:
-                if connections[using].in_atomic_block and not connections[using].needs_rollback:
-                    _restore_database_binding(using, outer)
+            yield
+            _restore_database_binding(using, outer)
     finally:
         _current.reset(token)
 

@@ -31,6 +31,14 @@ def django_db_setup(request, django_test_environment, django_db_blocker, django_
         owner.creation.destroy_test_db(original_name, verbosity=verbosity, keepdb=django_db_keepdb)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def fast_password_hasher():  # noqa: ANN201
+    """Hash test passwords with a cheap algorithm: the default costs about a second per user."""
+    from django.conf import settings
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def tenant_a(db):  # noqa: ANN001
     return make_tenant("tenant-a", owner="alice")
