@@ -1,0 +1,126 @@
+"""Who the signed-in person is for one page request: membership → principal → viewer, resolved once.
+
+The tenant comes from the same session key the browser API reads (`SESSION_TENANT_KEY`), so the
+pages and the API always agree; the workspace from `SESSION_WORKSPACE_KEY`. Everything a page
+shows or changes goes through the `Viewer` built here, and so through memory.visibility's rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils.cache import patch_vary_headers
+
+from memory.api.auth import Principal, memberships_of, principal_for_user
+from memory.api.base import MemoryApiView
+from memory.errors import Forbidden, NotFound
+from memory.models import MemoryNode
+from memory.pages import labels
+from memory.visibility import Viewer
+from tenants.context import tenant_context
+from tenants.models import Membership, Role, Tenant, Workspace
+
+SESSION_WORKSPACE_KEY = "ekko_workspace_id"
+
+
+@dataclass(frozen=True)
+class PageAccess:
+    """The resolved caller of one page request and what the switchers may offer them."""
+
+    principal: Principal
+    viewer: Viewer
+    memberships: list[Membership]
+    workspaces: list[Workspace]
+
+    @property
+    def tenant(self) -> Tenant:
+        return self.principal.tenant
+
+    @property
+    def workspace(self) -> Workspace:
+        return self.viewer.workspace
+
+    @property
+    def role(self) -> str:
+        return next((m.role for m in self.memberships if m.tenant_id == self.tenant.pk), Role.VIEWER)
+
+    @property
+    def role_label(self) -> str:
+        return str(labels.ROLES.get(self.role, self.role))
+
+    @property
+    def is_admin(self) -> bool:
+        return self.principal.is_admin
+
+    @property
+    def can_write(self) -> bool:
+        return not self.principal.read_only
+
+    def can_change(self, node: MemoryNode) -> bool:
+        """Return whether this person may edit, forget or restore `node` (the services decide the same)."""
+        return self.can_write and node.scope in self.principal.write_scopes
+
+
+def _viewer_for(principal: Principal, workspace_ref: int | None) -> Viewer:
+    # MemoryApiView.viewer is the one place that turns a principal into a viewer (member workspaces
+    # included); the pages call it rather than keep a second copy of that rule.
+    api_view = MemoryApiView()
+    api_view.principal = principal
+    return api_view.viewer(workspace_ref=workspace_ref)
+
+
+def page_access(request: HttpRequest) -> PageAccess | None:
+    """Return the caller's access for this request, or None when they belong to no tenant."""
+    principal = principal_for_user(request.user, request.session)
+    if principal is None:
+        return None
+    memberships = memberships_of(request.user)
+    with tenant_context(principal.tenant):
+        workspaces = list(Workspace.objects.filter(tenant=principal.tenant).order_by("created_at", "id"))
+    wanted = request.session.get(SESSION_WORKSPACE_KEY)
+    known = {w.pk for w in workspaces}
+    viewer = _viewer_for(principal, wanted if wanted in known else None)
+    if principal.restrict_to_person:
+        workspaces = [w for w in workspaces if w.pk in viewer.member_workspace_ids]
+        if viewer.workspace.pk not in viewer.member_workspace_ids:
+            viewer = _viewer_for(principal, None)
+    # Admins see the whole tenant (memory.visibility); search follows the same rule.
+    viewer = dataclasses.replace(viewer, whole_tenant=principal.is_admin)
+    return PageAccess(principal=principal, viewer=viewer, memberships=memberships, workspaces=workspaces)
+
+
+def tenant_page(view: Any) -> Any:
+    """Decorate a page view: sign-in required, access resolved, tenant bound, 404/403 mapped."""
+
+    @login_required
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        access = page_access(request)
+        if access is None:
+            return render(request, "pages/no_tenant.html", status=403)
+        request.ekko = access  # type: ignore[attr-defined]
+        try:
+            with tenant_context(access.tenant):
+                response = view(request, access, *args, **kwargs)
+        except NotFound as exc:
+            # Another tenant's id and a missing id answer alike.
+            raise Http404(exc.detail) from exc
+        except Forbidden:
+            response = render(request, "pages/forbidden.html", {"access": access}, status=403)
+        # The same URL answers a full page or a fragment depending on HX-Request.
+        patch_vary_headers(response, ["HX-Request"])
+        return response
+
+    return wrapper
+
+
+def wants_fragment(request: HttpRequest) -> bool:
+    """Return whether to answer with the page's fragment (htmx request, not a history restore)."""
+    htmx = getattr(request, "htmx", None)
+    return bool(htmx) and not htmx.history_restore_request

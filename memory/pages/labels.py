@@ -1,0 +1,88 @@
+"""Translated display names for the controlled vocabularies the pages show (scopes, types, statuses…).
+
+The model choices carry English labels for the API and the admin; people read these instead.
+"""
+
+from __future__ import annotations
+
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
+
+SCOPES = {
+    "session": pgettext_lazy("scope", "Session"),
+    "workspace": pgettext_lazy("scope", "Workspace"),
+    "user": pgettext_lazy("scope", "Personal"),
+    "global": pgettext_lazy("scope", "Tenant-wide"),
+}
+
+SCOPE_HELP = {
+    "session": _("Only for one conversation."),
+    "workspace": _("Shared by everyone in the workspace."),
+    "user": _("About you; follows you into every workspace."),
+    "global": _("Applies to the whole tenant; only admins change it."),
+}
+
+TYPES = {
+    "preference": _("Preference"),
+    "fact": _("Fact"),
+    "decision": _("Decision"),
+    "task": _("Task"),
+    "recipe": _("Recipe"),
+    "skill": _("Skill"),
+    "constraint": _("Constraint"),
+    "correction": _("Correction"),
+}
+
+STATUSES = {
+    "active": _("Active"),
+    "superseded": _("Superseded"),
+    "expired": _("Expired"),
+    "deleted": _("Forgotten"),
+}
+
+ROLES = {
+    "owner": _("Owner"),
+    "admin": _("Admin"),
+    "member": _("Member"),
+    "viewer": _("Viewer"),
+}
+
+EVENTS = {
+    "create": _("Created"),
+    "update": _("Edited"),
+    "supersede": _("Replaced an older version"),
+    "expire": _("Expired"),
+    "delete": _("Forgotten"),
+    "restore": _("Restored"),
+}
+
+MESSAGE_ROLES = {
+    "system": _("System"),
+    "user": _("Person"),
+    "assistant": _("Assistant"),
+    "tool": _("Tool"),
+}
+
+FIELDS = {
+    "title": _("Title"),
+    "content": _("Content"),
+    "value_json": _("Value"),
+    "tags": _("Tags"),
+    "entities": _("Entities"),
+    "importance": _("Importance"),
+    "confidence": _("Confidence"),
+    "expires_at": _("Expires"),
+    "domain": _("Domain"),
+    "category_path": _("Category"),
+    "type": _("Type"),
+}
+
+
+def actor_label(actor: str) -> str:
+    """Return a readable name for an audit actor (`user:alice`, `api_key:ekko_abc…`, `system`)."""
+    kind, _sep, name = actor.partition(":")
+    if kind == "user":
+        return str(_("%(name)s (browser)") % {"name": name})
+    if kind == "api_key":
+        return str(_("agent key %(prefix)s…") % {"prefix": name})
+    return str(_("system"))
