@@ -33,6 +33,7 @@ def _seed(api: Api, user: str) -> dict:
 def two_tenants(client, tenant_a, tenant_b):  # noqa: ANN001
     api_a, api_b = api_for(client, tenant_a), api_for(client, tenant_b)
     node_b = _seed(api_b, "bob")
+    node_b["extractTaskId"] = api_b.post("extract", {"sessionId": "s"}, expect=202)["taskId"]
     with tenant_context(tenant_b):
         workspace_b = Workspace.objects.get(slug="default").pk
     return api_a, node_b, workspace_b
@@ -60,6 +61,9 @@ def _crossing_requests(node_b: dict, ws_b: int) -> dict[str, list[tuple[str, str
         "api-summaries": [("POST", "summaries", {"sessionId": "s", "workspaceId": ws_b, "fromMessageId": "m1",
                                                  "toMessageId": "m1", "summary": "x"})],
         "api-summaries-latest": [("GET", "summaries/latest", {"sessionId": "s", "workspaceId": ws_b})],
+        "api-extract": [("POST", "extract", {"sessionId": "s", "workspaceId": ws_b}),
+                        ("POST", "extract", {"sessionId": "s", "userId": "bob"})],
+        "api-extract-status": [("GET", f"extract/{node_b['extractTaskId']}", {})],
     }
 
 

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from memory.api import views
+from memory.api import extract, views
 
 urlpatterns = [
     path("workspaces", views.WorkspacesApi.as_view(), name="api-workspaces"),
@@ -16,4 +16,6 @@ urlpatterns = [
     path("summaries", views.SummariesApi.as_view(), name="api-summaries"),
     path("summaries/latest", views.SummaryLatestApi.as_view(), name="api-summaries-latest"),
     path("tools", views.ToolsApi.as_view(), name="api-tools"),
+    path("extract", extract.ExtractApi.as_view(), name="api-extract"),
+    path("extract/<str:task_id>", extract.ExtractStatusApi.as_view(), name="api-extract-status"),
 ]
