@@ -8,7 +8,6 @@ periodic sweeps (`memory.embed_missing`, `memory.retry_extractions`) pick it up 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -40,14 +39,7 @@ def after_messages_captured(tenant_id: int, workspace_id: int, session_id: str, 
 
 
 def _maybe_extract(tenant_id: int, workspace_id: int, session_id: str, message_pks: list[int]) -> None:
-    request: Callable[..., Any] | None
-    try:
-        from memory.extraction import extraction_maybe_request as request
-    except ImportError:
-        request = None
-    if request is None:
-        return
-    try:
-        request(tenant_id=tenant_id, workspace_id=workspace_id, session_id=session_id, message_pks=message_pks)
-    except Exception:  # noqa: BLE001 - extraction is best effort after the turn; it never fails the capture
-        logger.exception("could not request extraction for session %s", session_id)
+    from memory.extraction import extraction_maybe_request
+
+    extraction_maybe_request(tenant_id=tenant_id, workspace_id=workspace_id, session_id=session_id,
+                             message_pks=message_pks)
