@@ -55,6 +55,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "tenants.middleware.TenantContextResetMiddleware",
+    "ekko_site.middleware.StoreUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "ekko_site.urls"

@@ -26,7 +26,7 @@ from tenants.services import workspace_create
 
 logger = logging.getLogger(__name__)
 
-ERRORS = {status: OpenApiResponse(s.ErrorSerializer) for status in (400, 401, 403, 404, 409, 413, 429)}
+ERRORS = {status: OpenApiResponse(s.ErrorSerializer) for status in (400, 401, 403, 404, 409, 413, 429, 503)}
 
 
 def _parse(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
