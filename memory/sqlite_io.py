@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import math
 import os
 import sqlite3
 import uuid
@@ -30,9 +29,9 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import BinaryField, F, Func, Q
+from django.db.models import BinaryField, F, Func, IntegerField, Q, TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
-from psycopg.types.json import Jsonb
 
 from memory.errors import Invalid, NotFound
 from memory.models import (
@@ -70,6 +69,7 @@ FORMAT_NAME = "ekko-local"
 # PRAGMA application_id of files we write ("Ekko"); files from local agents may carry 0.
 APPLICATION_ID = 0x456B6B6F
 CHUNK_SIZE = 2000
+EMBED_BATCH = 500
 MAX_CONFLICTS_LISTED = 1000
 
 # (stage, rows done since the last call, stage total or None)
@@ -271,6 +271,10 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+# One decoder for every import: json.loads(..., parse_constant=...) would build a new one per call.
+_JSON_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 def _vector_blob(vector_send: bytes | memoryview) -> bytes:
     # pgvector's binary form: int16 dim, int16 unused, then big-endian float4s; the file uses little-endian.
     return np.frombuffer(bytes(vector_send), dtype=">f4", offset=4).astype("<f4").tobytes()
@@ -318,7 +322,7 @@ class _SearchTextSigner:
 
     def sign(self, kind: str, inputs: Sequence[str], search_text: str) -> str:
         message = "\x1f".join((kind, self.segmenter, *inputs, search_text)).encode()
-        return hmac.new(self.key, message, hashlib.sha256).hexdigest()[:32]
+        return hashlib.blake2b(message, key=self.key, digest_size=16).hexdigest()
 
     def verified(self, kind: str, inputs: Sequence[str], search_text: Any, signature: Any) -> bool:
         if not isinstance(search_text, str) or not isinstance(signature, str) or not search_text:
@@ -326,101 +330,71 @@ class _SearchTextSigner:
         return hmac.compare_digest(self.sign(kind, inputs, search_text), signature)
 
 
-def _node_search_inputs(title: str, content: str, tags: list[str], entities: list[str]) -> list[str]:
-    return [title, content, "\x1e".join(tags), "\x1e".join(entities)]
-
-
 def _node_search_text(title: str, content: str, tags: list[str], entities: list[str]) -> str:
     return _segment(title, content, *tags, *entities)
 
 
 # --------------------------------------------------------------------------- rows: PostgreSQL → file
+#
+# PostgreSQL formats every exported value itself (timestamps with to_char, jsonb and arrays as JSON
+# text, uuids as text): parsing them into Python objects only to print them again cost more than
+# everything else in an export.
 
-_MESSAGE_FIELDS = (
-    "message_id", "session_id", "parent_id", "role", "content", "metadata", "created_at",
-    "user__username", "channel", "agent_name", "token_count", "search_text",
-)  # fmt: skip
-_SUMMARY_FIELDS = (
-    "id", "session_id", "parent_summary_id", "from_message_id", "to_message_id", "summary", "current_goal",
-    "constraints", "preferences", "decisions", "completed_work", "pending_work", "known_issues", "created_at",
-)  # fmt: skip
-_NODE_FIELDS = (
-    "id", "parent_id", "supersedes_id", "session_id", "workspace_id", "user__username", "scope", "domain",
-    "category_path", "category_path_text", "type", "key", "value_json", "title", "content", "status",
-    "confidence", "importance", "tags", "entities", "source_message_ids", "created_at", "updated_at",
-    "expires_at", "revision", "kind", "item_key", "explicit_user_intent", "access_count", "last_accessed_at",
-    "search_text",
-)  # fmt: skip
-_AUDIT_FIELDS = (
-    "id", "event_type", "node_id", "session_id", "workspace_id", "user__username", "actor", "reason",
-    "payload", "created_at",
-)  # fmt: skip
+_ISO_UTC = "to_char(%(expressions)s AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
 
 
-def _str_or_none(value: Any) -> str | None:
-    return None if value is None else str(value)
+def _iso(field_name: str) -> Func:
+    return Func(F(field_name), template=_ISO_UTC, output_field=TextField())
 
 
-def _message_row(v: Sequence[Any]) -> list[Any]:
-    """Return the file row (MESSAGE_COLUMNS order, search_text_sig left for the caller) of a message."""
-    (message_id, session_id, parent_id, role, content, metadata, created_at,
-     username, channel, agent_name, token_count, search_text) = v  # fmt: skip
-    return [
-        message_id, session_id, parent_id, role, content, _json_or_none(metadata), iso_utc(created_at),
-        username, channel, agent_name, token_count, search_text, None,
-    ]  # fmt: skip
+def _text(field_name: str) -> Cast:
+    return Cast(field_name, TextField())
 
 
-def _summary_row(v: Sequence[Any]) -> list[Any]:
-    (summary_id, session_id, parent_id, from_id, to_id, summary, goal,
-     constraints, preferences, decisions, completed, pending, issues, created_at) = v  # fmt: skip
-    return [
-        str(summary_id), session_id, _str_or_none(parent_id), from_id, to_id, summary, goal,
-        _json_text(constraints), _json_text(preferences), _json_text(decisions), _json_text(completed),
-        _json_text(pending), _json_text(issues), iso_utc(created_at),
-    ]  # fmt: skip
+def _array_json(field_name: str) -> Func:
+    return Func(F(field_name), template="to_jsonb(%(expressions)s)::text", output_field=TextField())
 
 
-def _node_row(v: Sequence[Any]) -> list[Any]:
-    (node_id, parent_id, supersedes_id, session_id, workspace_id, username, scope, domain, category_path,
-     category_path_text, node_type, key, value_json, title, content, status, confidence, importance, tags,
-     entities, source_message_ids, created_at, updated_at, expires_at, revision, kind, item_key,
-     explicit_user_intent, access_count, last_accessed_at, search_text) = v  # fmt: skip
-    return [
-        str(node_id), _str_or_none(parent_id), _str_or_none(supersedes_id), session_id, str(workspace_id),
-        username, scope, domain, _json_text(list(category_path)), category_path_text, node_type, key,
-        _json_or_none(value_json), title, content, status, confidence, importance, _json_text(list(tags)),
-        _json_text(list(entities)), _json_text(list(source_message_ids)), iso_utc(created_at),
-        iso_utc(updated_at), iso_utc(expires_at), revision, kind, item_key, int(explicit_user_intent),
-        access_count, iso_utc(last_accessed_at), search_text, None,
-    ]  # fmt: skip
+# File column → ORM field path or SQL expression, in file column order. `workspace_id` and
+# `search_text_sig` are filled in Python.
+_MESSAGE_EXPORT: dict[str, Any] = {
+    "id": "message_id", "session_id": "session_id", "parent_id": "parent_id", "role": "role",
+    "content": "content", "metadata_json": _text("metadata"), "created_at": _iso("created_at"),
+    "user_id": "user__username", "channel": "channel", "agent_name": "agent_name", "token_count": "token_count",
+    "search_text": "search_text",
+}  # fmt: skip
+_SUMMARY_EXPORT: dict[str, Any] = {
+    "id": _text("id"), "session_id": "session_id", "parent_summary_id": _text("parent_summary_id"),
+    "from_message_id": "from_message_id", "to_message_id": "to_message_id", "summary": "summary",
+    "current_goal": "current_goal", "constraints_json": _text("constraints"),
+    "preferences_json": _text("preferences"), "decisions_json": _text("decisions"),
+    "completed_work_json": _text("completed_work"), "pending_work_json": _text("pending_work"),
+    "known_issues_json": _text("known_issues"), "created_at": _iso("created_at"),
+}  # fmt: skip
+_NODE_EXPORT: dict[str, Any] = {
+    "id": _text("id"), "parent_id": _text("parent_id"), "supersedes_id": _text("supersedes_id"),
+    "session_id": "session_id", "user_id": "user__username", "scope": "scope", "domain": "domain",
+    "category_path_json": _array_json("category_path"), "category_path_text": "category_path_text",
+    "type": "type", "key": "key", "value_json": _text("value_json"), "title": "title", "content": "content",
+    "status": "status", "confidence": "confidence", "importance": "importance", "tags_json": _array_json("tags"),
+    "entities_json": _array_json("entities"), "source_message_ids_json": _array_json("source_message_ids"),
+    "created_at": _iso("created_at"), "updated_at": _iso("updated_at"), "expires_at": _iso("expires_at"),
+    "revision": "revision", "kind": "kind", "item_key": "item_key",
+    "explicit_user_intent": Cast("explicit_user_intent", IntegerField()), "access_count": "access_count",
+    "last_accessed_at": _iso("last_accessed_at"), "search_text": "search_text",
+}  # fmt: skip
+_AUDIT_EXPORT: dict[str, Any] = {
+    "id": _text("id"), "event_type": "event_type", "node_id": _text("node_id"), "session_id": "session_id",
+    "user_id": "user__username", "actor": "actor", "reason": "reason", "payload_json": _text("payload"),
+    "created_at": _iso("created_at"),
+}  # fmt: skip
 
 
-def _audit_row(v: Sequence[Any]) -> list[Any]:
-    (
-        event_id,
-        event_type,
-        node_id,
-        session_id,
-        workspace_id,
-        username,
-        actor,
-        reason,
-        payload,
-        created_at,
-    ) = v
-    return [
-        str(event_id),
-        event_type,
-        _str_or_none(node_id),
-        session_id,
-        _str_or_none(workspace_id),
-        username,
-        actor,
-        reason,
-        _json_or_none(payload),
-        iso_utc(created_at),
-    ]
+def _export_values(queryset: Any, spec: dict[str, Any]) -> Any:
+    """Return `queryset` as value tuples in `spec` order, with SQL expressions annotated under file names."""
+    annotations = {f"file_{name}": value for name, value in spec.items() if not isinstance(value, str)}
+    names = [value if isinstance(value, str) else f"file_{name}" for name, value in spec.items()]
+    return queryset.annotate(**annotations).values_list(*names)
 
 
 def _column_index(columns: tuple[Column, ...]) -> dict[str, int]:
@@ -428,29 +402,47 @@ def _column_index(columns: tuple[Column, ...]) -> dict[str, int]:
 
 
 _MSG = _column_index(MESSAGE_COLUMNS)
-_SUM = _column_index(SUMMARY_COLUMNS)
 _NODE = _column_index(NODE_COLUMNS)
-_AUD = _column_index(AUDIT_COLUMNS)
-
-# What "identical" means on import: every column except derived search text and, for nodes, the
-# bookkeeping that changes without a new revision (seed 004's access counters) or with one.
-_NODE_UNCOMPARED = {
-    "id",
-    "revision",
-    "updated_at",
-    "access_count",
-    "last_accessed_at",
-    "search_text",
-    "search_text_sig",
-}
-_NODE_COMPARED = [i for c, i in _NODE.items() if c not in _NODE_UNCOMPARED]
-_MSG_COMPARED = [i for c, i in _MSG.items() if c not in {"search_text", "search_text_sig", "token_count"}]
-_SUM_COMPARED = list(range(len(SUMMARY_COLUMNS)))
-_AUD_COMPARED = list(range(len(AUDIT_COLUMNS)))
 
 
-def _project(row: Sequence[Any], indexes: list[int]) -> tuple[Any, ...]:
-    return tuple(row[i] for i in indexes)
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _canonical_json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+# What "identical" means on import: equal values (not equal text) in every column but the derived
+# search text and, for nodes, the bookkeeping that moves without new content (revision, updatedAt,
+# seed 004's access counters). Stored rows are read with these fields and compared as tuples.
+_MESSAGE_COMPARED = (
+    "session_id", "parent_id", "role", "content", "metadata", "created_at", "user__username", "channel",
+    "agent_name",
+)  # fmt: skip
+_SUMMARY_COMPARED = (
+    "session_id", "parent_summary_id", "from_message_id", "to_message_id", "summary", "current_goal",
+    "constraints", "preferences", "decisions", "completed_work", "pending_work", "known_issues", "created_at",
+)  # fmt: skip
+_NODE_COMPARED = (
+    "parent_id", "supersedes_id", "session_id", "user__username", "scope", "domain", "category_path", "type",
+    "key", "value_json", "title", "content", "status", "confidence", "importance", "tags", "entities",
+    "source_message_ids", "created_at", "expires_at", "kind", "item_key", "explicit_user_intent",
+)  # fmt: skip
+_NODE_STORED = ("workspace_id", "revision", "owner_ref", "updated_at")
+_NODE_JSON_POSITIONS = [
+    _NODE_COMPARED.index(c) for c in ("category_path", "value_json", "tags", "entities", "source_message_ids")
+]
+_AUDIT_COMPARED = (
+    "event_type", "node_id", "session_id", "user__username", "actor", "reason", "payload", "created_at",
+)  # fmt: skip
+
+
+def _stored_key(values: Sequence[Any], json_positions: Sequence[int]) -> tuple[Any, ...]:
+    key = list(values)
+    for position in json_positions:
+        key[position] = _canonical_json(key[position])
+    return tuple(key)
 
 
 # --------------------------------------------------------------------------- export
@@ -582,91 +574,81 @@ def _export_rows(
     summaries = MemorySummary.objects.filter(tenant=tenant, workspace=ws)
     nodes = MemoryNode.objects.filter(tenant=tenant, workspace=ws)
     events = _audit_events_of(tenant, ws)
+    workspace_id = str(ws.pk)
 
     def message_rows() -> Iterator[list[Any]]:
-        query = messages.order_by("created_at", "message_id").values_list(*_MESSAGE_FIELDS)
+        query = _export_values(messages.order_by("created_at", "message_id"), _MESSAGE_EXPORT)
         for values in query.iterator(chunk_size=chunk_size):
-            row = _message_row(values)
+            row = [*values, None]
             content = row[_MSG["content"]]
             if not row[_MSG["search_text"]]:
                 row[_MSG["search_text"]] = _segment(content)
-            row[_MSG["search_text_sig"]] = signer.sign("message", [content], row[_MSG["search_text"]])
+            row[_MSG["search_text_sig"]] = signer.sign("message", (content,), row[_MSG["search_text"]])
             yield row
 
     def node_rows() -> Iterator[list[Any]]:
-        query = nodes.order_by("created_at", "id").values_list(*_NODE_FIELDS)
+        query = _export_values(nodes.order_by("created_at", "id"), _NODE_EXPORT)
+        title, content, tags, entities = (
+            _NODE[c] - 1 for c in ("title", "content", "tags_json", "entities_json")
+        )
         for values in query.iterator(chunk_size=chunk_size):
-            row = _node_row(values)
-            inputs = (row[_NODE["title"]], row[_NODE["content"]], values[18], values[19])
-            if not row[_NODE["search_text"]]:
-                row[_NODE["search_text"]] = _node_search_text(*inputs)
-            row[_NODE["search_text_sig"]] = signer.sign(
-                "node", _node_search_inputs(*inputs), row[_NODE["search_text"]]
-            )
-            yield row
+            search_text = values[-1]
+            if not search_text:
+                search_text = _node_search_text(values[title], values[content], json.loads(values[tags]),
+                                                json.loads(values[entities]))  # fmt: skip
+            inputs = (values[title], values[content], values[tags], values[entities])
+            # values lack workspace_id (a constant) and the signature; both are put in place here.
+            yield [
+                *values[:4],
+                workspace_id,
+                *values[4:-1],
+                search_text,
+                signer.sign("node", inputs, search_text),
+            ]
 
+    def audit_rows() -> Iterator[list[Any]]:
+        query = _export_values(events.order_by("created_at", "id"), _AUDIT_EXPORT)
+        for values in query.iterator(chunk_size=chunk_size):
+            yield [*values[:4], workspace_id, *values[4:]]
+
+    summary_rows = _export_values(summaries.order_by("created_at", "id"), _SUMMARY_EXPORT)
     counts = {
         "messages": _write_chunks(out, "memory_messages", MESSAGE_COLUMNS, message_rows(), chunk_size,
                                   "messages", messages.count(), report),
-        "summaries": _write_chunks(
-            out, "memory_summaries", SUMMARY_COLUMNS,
-            map(_summary_row, summaries.order_by("created_at", "id").values_list(*_SUMMARY_FIELDS)
-                .iterator(chunk_size=chunk_size)),
-            chunk_size, "summaries", summaries.count(), report,
-        ),
+        "summaries": _write_chunks(out, "memory_summaries", SUMMARY_COLUMNS,
+                                   summary_rows.iterator(chunk_size=chunk_size), chunk_size, "summaries",
+                                   summaries.count(), report),
         "nodes": _write_chunks(out, "memory_nodes", NODE_COLUMNS, node_rows(), chunk_size, "nodes",
                                nodes.count(), report),
-        "audit_events": _write_chunks(
-            out, "memory_audit_events", AUDIT_COLUMNS,
-            map(_audit_row, events.order_by("created_at", "id").values_list(*_AUDIT_FIELDS)
-                .iterator(chunk_size=chunk_size)),
-            chunk_size, "audit events", events.count(), report,
-        ),
+        "audit_events": _write_chunks(out, "memory_audit_events", AUDIT_COLUMNS, audit_rows(), chunk_size,
+                                      "audit events", events.count(), report),
         "embeddings": 0,
     }  # fmt: skip
     if include_embeddings:
-        with_vectors = nodes.filter(embedding__isnull=False).exclude(embedding_model="")
-        rows = (
-            [str(node_id), model, len(blob) // 4, blob]
-            for node_id, model, blob in (
-                (node_id, model, _vector_blob(raw))
-                for node_id, model, raw in with_vectors.order_by("id")
-                .annotate(vector_bytes=_vector_send())
-                .values_list("id", "embedding_model", "vector_bytes")
+        for model_query, table, columns, id_field, stage in (
+            (nodes, "memory_embeddings", EMBEDDING_COLUMNS, _text("id"), "vectors"),
+            (
+                messages,
+                "memory_message_embeddings",
+                MESSAGE_EMBEDDING_COLUMNS,
+                F("message_id"),
+                "message vectors",
+            ),
+        ):
+            with_vectors = model_query.filter(embedding__isnull=False).exclude(embedding_model="")
+            query = (
+                with_vectors.order_by("pk")
+                .annotate(file_owner=id_field, file_vector=_vector_send())
+                .values_list("file_owner", "embedding_model", "file_vector")
                 .iterator(chunk_size=chunk_size)
             )
-        )
-        counts["embeddings"] = _write_chunks(
-            out,
-            "memory_embeddings",
-            EMBEDDING_COLUMNS,
-            rows,
-            chunk_size,
-            "vectors",
-            with_vectors.count(),
-            report,
-        )
-        messages_with_vectors = messages.filter(embedding__isnull=False).exclude(embedding_model="")
-        message_vectors = (
-            [message_id, model, len(blob) // 4, blob]
-            for message_id, model, blob in (
-                (message_id, model, _vector_blob(raw))
-                for message_id, model, raw in messages_with_vectors.order_by("message_id")
-                .annotate(vector_bytes=_vector_send())
-                .values_list("message_id", "embedding_model", "vector_bytes")
-                .iterator(chunk_size=chunk_size)
+            rows = ([owner, model, len(blob) // 4, blob] for owner, model, blob in
+                    ((owner, model, _vector_blob(raw)) for owner, model, raw in query))  # fmt: skip
+            written = _write_chunks(
+                out, table, columns, rows, chunk_size, stage, with_vectors.count(), report
             )
-        )
-        _write_chunks(
-            out,
-            "memory_message_embeddings",
-            MESSAGE_EMBEDDING_COLUMNS,
-            message_vectors,
-            chunk_size,
-            "message vectors",
-            messages_with_vectors.count(),
-            report,
-        )
+            if table == "memory_embeddings":
+                counts["embeddings"] = written
     return counts
 
 
@@ -899,31 +881,26 @@ class ImportReport:
 # --------------------------------------------------------------------------- import: row validation
 
 _IMPORT_NAMESPACE = uuid.UUID("6f1d1b1e-8a4b-5c2e-9d57-6b0e0c7a4e11")
-_MAX = {
-    "message_id": 128,
-    "session_id": 200,
-    "title": 500,
-    "key": 255,
-    "kind": 64,
-    "item_key": 128,
-    "domain": 100,
-    "category": 100,
-    "tag": 100,
-    "entity": 200,
-    "actor": 200,
-    "agent_name": 200,
-    "category_path_text": 500,
-}
+_MAX = {"message_id": 128, "session_id": 200, "title": 500, "key": 255, "kind": 64, "item_key": 128,
+        "domain": 100, "category": 100, "tag": 100, "entity": 200, "actor": 200, "agent_name": 200,
+        "category_path_text": 500}  # fmt: skip
+_ROLES = frozenset(Role.values)
+_CHANNELS = frozenset(Channel.values)
+_SCOPES = frozenset(Scope.values)
+_NODE_TYPES = frozenset(NodeType.values)
+_STATUSES = frozenset(NodeStatus.values)
+_EVENT_TYPES = frozenset(AuditEventType.values)
 
 
 class _Row:
-    """One file row with validating accessors; errors name the table, the row id and the column."""
+    """One file row (column → value) with validating accessors; errors name the table, row id and column."""
 
-    def __init__(self, table: str, raw: sqlite3.Row) -> None:
+    __slots__ = ("table", "values", "id")
+
+    def __init__(self, table: str, values: dict[str, Any]) -> None:
         self.table = table
-        self.raw = raw
-        self.keys = set(raw.keys())
-        value = raw["id"] if "id" in self.keys else raw[0]
+        self.values = values
+        value = values.get("id")
         self.id = value if isinstance(value, str) else repr(value)
 
     def fail(self, column: str, problem: str) -> ImportError_:
@@ -933,55 +910,62 @@ class _Row:
         )
 
     def get(self, column: str, default: Any = None) -> Any:
-        return self.raw[column] if column in self.keys else default
+        value = self.values.get(column)
+        return default if value is None else value
 
-    def text(
-        self, column: str, *, required: bool = True, max_length: int | None = None, default: str | None = None
-    ) -> str | None:
-        value = self.get(column, default)
+    def text(self, column: str, *, required: bool = True, max_length: int | None = None,
+             default: str | None = None) -> str | None:  # fmt: skip
+        value = self.values.get(column)
+        if type(value) is str and "\x00" not in value and (max_length is None or len(value) <= max_length):
+            return value
+        return self._text_checked(column, value, required, max_length, default)
+
+    def _text_checked(self, column: str, value: Any, required: bool, max_length: int | None,
+                      default: str | None) -> str | None:  # fmt: skip
+        if value is None:
+            value = default
         if value is None:
             if required:
                 raise self.fail(column, "a value is required")
             return None
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise self.fail(column, f"expected text, found {type(value).__name__}")
-        value = str(value)
+        if type(value) is not str:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise self.fail(column, f"expected text, found {type(value).__name__}")
+            value = str(value)
         if "\x00" in value:
             raise self.fail(column, "contains a NUL character")
         if max_length is not None and len(value) > max_length:
             raise self.fail(column, f"longer than {max_length} characters")
         return value
 
-    def choice(self, column: str, choices: Sequence[str], default: str | None = None) -> str:
+    def choice(self, column: str, choices: frozenset[str], default: str | None = None) -> str:
         value = self.text(column, default=default)
         if value not in choices:
-            raise self.fail(column, f"{value!r} is not one of {', '.join(choices)}")
+            raise self.fail(column, f"{value!r} is not one of {', '.join(sorted(choices))}")
         return value
 
     def json(self, column: str, *, default: Any = None) -> Any:
-        value = self.get(column)
+        value = self.values.get(column)
         if value is None:
             return default
         if not isinstance(value, str):
             raise self.fail(column, "expected JSON text")
         try:
-            return json.loads(value, parse_constant=_refuse_constant)
+            parsed = [] if value == "[]" else _JSON_DECODER.decode(value)
         except ValueError as exc:
             raise self.fail(column, f"not valid JSON ({exc})") from exc
+        # PostgreSQL's jsonb refuses NUL; only re-check the rare text that spells one.
+        if "\\u0000" in value and "\x00" in _json_text(parsed):
+            raise self.fail(column, "contains a NUL character")
+        return parsed
 
-    def json_strings(self, column: str, max_length: int | None = None) -> list[str]:
+    def json_strings(self, column: str, max_length: int) -> list[str]:
         value = self.json(column, default=[])
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        if type(value) is not list:
             raise self.fail(column, "expected a JSON array of strings")
         for item in value:
-            if "\x00" in item or (max_length is not None and len(item) > max_length):
-                raise self.fail(column, f"an item is longer than {max_length} characters or has a NUL")
-        return value
-
-    def json_value(self, column: str) -> Any:
-        value = self.json(column)
-        if value is not None and "\x00" in _json_text(value):
-            raise self.fail(column, "contains a NUL character")
+            if type(item) is not str or len(item) > max_length:
+                raise self.fail(column, f"expected an array of strings of at most {max_length} characters")
         return value
 
     def timestamp(self, column: str, *, required: bool = True) -> datetime | None:
@@ -994,21 +978,30 @@ class _Row:
             raise self.fail(column, f"{value!r} is not an ISO-8601 timestamp") from exc
         return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
-    def number(self, column: str, *, low: float = 0.0, high: float = 1.0) -> float:
-        value = self.get(column)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise self.fail(column, "expected a number")
-        if not low <= value <= high:
-            raise self.fail(column, f"{value} is outside {low}..{high}")
+    def number(self, column: str) -> float:
+        value = self.values.get(column)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+            raise self.fail(column, "expected a number from 0 to 1")
         return float(value)
 
     def integer(self, column: str, *, default: int = 0, low: int = 0, high: int = 2**31 - 1) -> int:
         value = self.get(column, default)
-        if value is None:
-            value = default
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise self.fail(column, f"expected an integer in {low}..{high}")
         return value
+
+    def vector(self, state: _Import) -> tuple[str | None, str]:
+        """Return (pgvector text, model) for a reusable vector, or (None, '') to embed it again."""
+        blob, dim = self.values.get("vector_blob"), self.values.get("vector_dim")
+        if blob is None:
+            return None, ""
+        if not isinstance(blob, bytes) or not isinstance(dim, int) or len(blob) != dim * 4:
+            raise self.fail("vector", "the vector blob does not hold `dim` little-endian float32 values")
+        if self.values.get("vector_model") != state.server_model or dim != settings.EKKO_EMBEDDING_DIM:
+            return None, ""
+        if not np.isfinite(np.frombuffer(blob, dtype="<f4")).all():
+            raise self.fail("vector", "the vector holds NaN or infinite values")
+        return _vector_text(blob), state.server_model
 
 
 # --------------------------------------------------------------------------- import
@@ -1029,13 +1022,25 @@ class _Import:
     members: dict[str, int]
     server_model: str | None
     signer: _SearchTextSigner
-    node_ids: set[str] = field(default_factory=set)
-    summary_ids: set[str] = field(default_factory=set)
+    # File id → id in this workspace, for every node and summary of the file.
+    node_map: dict[str, uuid.UUID] = field(default_factory=dict)
+    summary_map: dict[str, uuid.UUID] = field(default_factory=dict)
     # Message ids taken by a different message in the target workspace → the id it was imported under.
     message_renames: dict[str, str] = field(default_factory=dict)
     # Nodes of the file that will not exist under their mapped id (conflict, duplicate, forgotten).
     nodes_not_imported: set[uuid.UUID] = field(default_factory=set)
+    # Rows written without a usable vector, to embed after commit.
+    nodes_to_embed: list[str] = field(default_factory=list)
+    messages_to_embed: list[int] = field(default_factory=list)
+    # A copy into a workspace with no rows at all: its derived ids cannot exist yet, so nothing is looked up.
+    fresh: bool = False
     now: datetime = field(default_factory=timezone.now)
+
+    def __post_init__(self) -> None:
+        self.usernames = {pk: name for name, pk in self.members.items()}
+        prefix = f"{self.tenant.pk}:{self.workspace.pk}:{self.source_tag}:"
+        # uuid5(namespace, prefix + id), with the namespace and prefix hashed once.
+        self._hashed_prefix = hashlib.sha1(_IMPORT_NAMESPACE.bytes + prefix.encode(), usedforsecurity=False)
 
     def target_uuid(self, source_id: str) -> uuid.UUID:
         """Map a file id to the id in this workspace: kept for a round trip, derived (stable) for a copy."""
@@ -1044,18 +1049,20 @@ class _Import:
                 return uuid.UUID(source_id)
             except ValueError:
                 pass
-        return uuid.uuid5(
-            _IMPORT_NAMESPACE, f"{self.tenant.pk}:{self.workspace.pk}:{self.source_tag}:{source_id}"
-        )
+        digest = self._hashed_prefix.copy()
+        digest.update(source_id.encode())
+        return uuid.UUID(bytes=digest.digest()[:16], version=5)
 
-    def link_uuid(self, source_id: str | None, ids_in_file: set[str]) -> uuid.UUID | None:
+    @staticmethod
+    def link_uuid(source_id: str | None, mapped: dict[str, uuid.UUID]) -> uuid.UUID | None:
         """Map a link: to the mapped row when the file has it, else to the same id if it is a UUID."""
         if source_id is None:
             return None
-        if source_id in ids_in_file:
-            return self.target_uuid(source_id)
+        target = mapped.get(source_id)
+        if target is not None:
+            return target
         try:
-            # A link outside the file (a node of another workspace); dropped later if this tenant lacks it.
+            # A link outside the file (a node of another workspace); cleared later if this tenant lacks it.
             return uuid.UUID(source_id)
         except ValueError:
             return None
@@ -1063,9 +1070,6 @@ class _Import:
     def user_id(self, row: _Row) -> int | None:
         username = row.text("user_id", required=False)
         return self.members.get(username) if username else None
-
-    def __post_init__(self) -> None:
-        self.usernames = {pk: name for name, pk in self.members.items()}
 
     def username(self, user_id: int | None) -> str | None:
         return None if user_id is None else self.usernames.get(user_id)
@@ -1082,6 +1086,7 @@ def workspace_import_sqlite(
     actor: str = "system",
     chunk_size: int = CHUNK_SIZE,
     progress: Progress | None = None,
+    embed_after_commit: bool = True,
 ) -> ImportReport:
     """Import an Ekko local-format file into `workspace` in one transaction and report what happened.
 
@@ -1090,45 +1095,48 @@ def workspace_import_sqlite(
     least the stored one becomes a new revision (audit event "update", reason "import"), an older
     or clashing row is a conflict and the stored row wins. Into any other workspace the rows are a
     copy with ids derived from (workspace, file id), so importing the same file twice adds nothing.
+    Rows left without a vector are queued for embedding after commit unless `embed_after_commit` is
+    False (then the periodic `memory.embed_missing` sweep catches up).
     """
     file = sqlite_file_inspect(path)
     report_progress = progress or (lambda stage, done, total: None)
-    with closing_sqlite(Path(path)) as source:
-        source.row_factory = sqlite3.Row
-        with tenant_context(tenant):
-            ws = _workspace_in_tenant(tenant, workspace)
-            same = file.info.get("tenant") == tenant.slug and file.info.get("workspace_id") == str(ws.pk)
-            state = _Import(
-                tenant=tenant, workspace=ws, file=file, source=source,
-                report=ImportReport(mode="same_workspace" if same else "copy"), progress=report_progress,
-                actor=actor, chunk_size=chunk_size, same_workspace=same,
-                source_tag=f"{file.info.get('tenant', 'local')}/{file.info.get('workspace_id', '-')}",
-                members=_members_named(tenant, _usernames_in_file(source, file)),
-                server_model=_server_embedding_model(), signer=_SearchTextSigner(),
-            )  # fmt: skip
-            try:
-                # A savepoint, so a failed statement leaves the tenant transaction usable for its cleanup.
-                with transaction.atomic():
-                    _import_all(state)
-            except IntegrityError as exc:
-                raise ImportError_(
-                    f"The file's rows contradict each other or this workspace ({str(exc).splitlines()[0]}); "
-                    "nothing was imported."
-                ) from exc
-            except sqlite3.DatabaseError as exc:
-                raise ImportError_(f"The SQLite file cannot be read ({exc}); nothing was imported.") from exc
-            if state.report.vectors_pending:
-                _queue_embedding(tenant)
+    with closing_sqlite(Path(path)) as source, tenant_context(tenant):
+        ws = _workspace_in_tenant(tenant, workspace)
+        same = file.info.get("tenant") == tenant.slug and file.info.get("workspace_id") == str(ws.pk)
+        state = _Import(
+            tenant=tenant, workspace=ws, file=file, source=source,
+            report=ImportReport(mode="same_workspace" if same else "copy"), progress=report_progress,
+            actor=actor, chunk_size=chunk_size, same_workspace=same,
+            source_tag=f"{file.info.get('tenant', 'local')}/{file.info.get('workspace_id', '-')}",
+            members=_members_named(tenant, _usernames_in_file(source, file)),
+            server_model=_server_embedding_model(), signer=_SearchTextSigner(),
+        )  # fmt: skip
+        try:
+            # A savepoint, so a failed statement leaves the tenant transaction usable for its cleanup.
+            with transaction.atomic():
+                _import_all(state)
+        except IntegrityError as exc:
+            raise ImportError_(
+                f"The file's rows contradict each other or this workspace ({str(exc).splitlines()[0]}); "
+                "nothing was imported."
+            ) from exc
+        except sqlite3.DatabaseError as exc:
+            raise ImportError_(f"The SQLite file cannot be read ({exc}); nothing was imported.") from exc
+        if embed_after_commit:
+            _queue_embedding(state)
     return state.report
 
 
 def _import_all(state: _Import) -> None:
     source = state.source
     _prepare_staging()
-    state.node_ids = {i for (i,) in source.execute("SELECT id FROM memory_nodes") if isinstance(i, str)}
-    state.summary_ids = {
-        i for (i,) in source.execute("SELECT id FROM memory_summaries") if isinstance(i, str)
-    }
+    state.fresh = not state.same_workspace and not any(
+        model.objects.filter(tenant=state.tenant, workspace=state.workspace).exists()
+        for model in (MemoryNode, MemoryMessage, MemorySummary, MemoryAuditEvent)
+    )
+    for table, mapping in (("memory_nodes", state.node_map), ("memory_summaries", state.summary_map)):
+        mapping.update((i, state.target_uuid(i)) for (i,) in source.execute(f"SELECT id FROM {table}")
+                       if isinstance(i, str))  # fmt: skip
     _import_messages(state)
     _import_summaries(state)
     _import_nodes(state)
@@ -1144,9 +1152,8 @@ def _usernames_in_file(source: sqlite3.Connection, file: FileInfo) -> set[str]:
     names: set[str] = set()
     for table in ("memory_messages", "memory_nodes", "memory_audit_events"):
         if file.has(table, "user_id"):
-            names.update(
-                n for (n,) in source.execute(f"SELECT DISTINCT user_id FROM {table}") if isinstance(n, str)
-            )
+            rows = source.execute(f"SELECT DISTINCT user_id FROM {table}")
+            names.update(name for (name,) in rows if isinstance(name, str))
     return names
 
 
@@ -1154,23 +1161,25 @@ def _members_named(tenant: Tenant, usernames: set[str]) -> dict[str, int]:
     """Return username → user id for the names that are members of `tenant` (others map to no user)."""
     if not usernames:
         return {}
-    return dict(
-        Membership.objects.filter(tenant=tenant, user__username__in=sorted(usernames)).values_list(
-            "user__username", "user_id"
-        )
-    )
+    members = Membership.objects.filter(tenant=tenant, user__username__in=sorted(usernames))
+    return dict(members.values_list("user__username", "user_id"))
 
 
-def _queue_embedding(tenant: Tenant) -> None:
-    """After commit, ask the background worker to embed rows imported without a usable vector."""
-    try:
-        from memory import tasks
-    except ImportError:
-        return
-    enqueue = getattr(tasks, "embed_missing", None)
-    if enqueue is None:
-        return
-    transaction.on_commit(lambda: enqueue.delay(tenant_id=tenant.pk))
+def _queue_embedding(state: _Import) -> None:
+    """After commit, queue embeddings for the rows imported without a usable vector, in batches."""
+    from memory import background, tasks
+
+    tenant_id = state.tenant.pk
+    nodes, messages = list(state.nodes_to_embed), list(state.messages_to_embed)
+
+    def queue() -> None:
+        for start in range(0, len(nodes), EMBED_BATCH):
+            background.enqueue(tasks.embed_nodes, tenant_id, nodes[start : start + EMBED_BATCH])
+        for start in range(0, len(messages), EMBED_BATCH):
+            background.enqueue(tasks.embed_messages, tenant_id, messages[start : start + EMBED_BATCH])
+
+    if nodes or messages:
+        transaction.on_commit(queue)
 
 
 # Staging tables: COPY cannot write into a table with row-level security, so rows are COPYed into
@@ -1196,13 +1205,28 @@ def _prepare_staging() -> None:
                 cursor.execute(f"ALTER TABLE {staging} DROP COLUMN search_vector")
         # Messages get their integer key from the real table's identity on insert.
         cursor.execute("ALTER TABLE ekko_import_messages ALTER COLUMN id DROP NOT NULL")
-        cursor.execute("ALTER TABLE ekko_import_nodes ADD COLUMN import_action text NOT NULL DEFAULT 'insert'")
+        for table, columns in _JSON_TEXT_COLUMNS.items():
+            alterations = ", ".join(f"ALTER COLUMN {c} TYPE text USING NULL" for c in columns)
+            cursor.execute(f"ALTER TABLE {_STAGING[table]} {alterations}")
+        cursor.execute(
+            "ALTER TABLE ekko_import_nodes ADD COLUMN import_action text NOT NULL DEFAULT 'insert'"
+        )
         cursor.execute("ALTER TABLE ekko_import_nodes ADD COLUMN source_id text")
         cursor.execute("ALTER TABLE ekko_import_summaries ADD COLUMN source_id text")
+        cursor.execute("CREATE INDEX ON ekko_import_nodes (id)")
+        cursor.execute("CREATE INDEX ON ekko_import_summaries (id)")
 
 
 def _empty_staging(cursor: Any) -> None:
     cursor.execute("TRUNCATE " + ", ".join(_STAGING.values()))
+
+
+def _analyze(staging: str) -> None:
+    # Temporary tables have no statistics until analysed; without them the joins below plan as nested loops.
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL default_statistics_target = 10")  # a small sample is plenty for join plans
+        cursor.execute(f"ANALYZE {staging}")
+        cursor.execute("RESET default_statistics_target")
 
 
 def _copy_rows(staging: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
@@ -1214,36 +1238,64 @@ def _copy_rows(staging: str, columns: Sequence[str], rows: list[tuple[Any, ...]]
                 copy.write_row(row)
 
 
-def _move_staged(staging: str, table: str, columns: Sequence[str], where: str = "TRUE") -> int:
+# JSON values are staged as the file's own (already validated) JSON text: PostgreSQL turns them into
+# jsonb and arrays far faster than Python can parse and re-encode them. "array" → varchar[], "json" → jsonb.
+_JSON_TEXT_COLUMNS: dict[str, dict[str, str]] = {
+    "memory_memorymessage": {"metadata": "json"},
+    "memory_memorysummary": {c: "json" for c in ("constraints", "preferences", "decisions", "completed_work",
+                                                 "pending_work", "known_issues")},
+    "memory_memorynode": {"category_path": "array", "tags": "array", "entities": "array",
+                          "source_message_ids": "array", "value_json": "json"},
+    "memory_memoryauditevent": {"payload": "json"},
+}  # fmt: skip
+
+
+def _staged_value(table: str, column: str, alias: str = "s") -> str:
+    kind = _JSON_TEXT_COLUMNS.get(table, {}).get(column)
+    if kind == "array":
+        return f"ARRAY(SELECT jsonb_array_elements_text({alias}.{column}::jsonb))"
+    if kind == "json":
+        return f"{alias}.{column}::jsonb"
+    return f"{alias}.{column}"
+
+
+def _move_staged(
+    staging: str, table: str, columns: Sequence[str], where: str = "TRUE", returning: str = ""
+) -> Any:
     names = ", ".join(columns)
+    values = ", ".join(_staged_value(table, c) for c in columns)
     with connection.cursor() as cursor:
-        cursor.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM {staging} WHERE {where}")
-        return cursor.rowcount
+        cursor.execute(
+            f"INSERT INTO {table} ({names}) SELECT {values} FROM {staging} s WHERE {where} {returning}"
+        )
+        return cursor.fetchall() if returning else cursor.rowcount
 
 
-def _read_chunks(state: _Import, sql: str, stage: str, total_sql: str) -> Iterator[list[sqlite3.Row]]:
-    total = state.source.execute(total_sql).fetchone()[0]
+def _read_chunks(state: _Import, table: str, sql: str, stage: str) -> Iterator[list[_Row]]:
+    total = state.source.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
     state.progress(stage, 0, total)
     cursor = state.source.execute(sql)
+    names = [d[0] for d in cursor.description]
     while True:
         rows = cursor.fetchmany(state.chunk_size)
         if not rows:
             return
-        yield rows
+        yield [_Row(table, dict(zip(names, row, strict=True))) for row in rows]
         state.progress(stage, len(rows), total)
 
 
-def _vector(state: _Import, row: _Row, model: Any, dim: Any, blob: Any) -> tuple[str | None, str]:
-    """Return (pgvector text, model) for a reusable file vector, or (None, '') to embed again."""
-    if blob is None:
-        return None, ""
-    if not isinstance(blob, bytes) or not isinstance(dim, int) or len(blob) != dim * 4:
-        raise row.fail("vector", "the vector blob does not hold `dim` little-endian float32 values")
-    if model != state.server_model or dim != settings.EKKO_EMBEDDING_DIM:
-        return None, ""
-    if not np.isfinite(np.frombuffer(blob, dtype="<f4")).all():
-        raise row.fail("vector", "the vector holds NaN or infinite values")
-    return _vector_text(blob), model
+def _with_vectors(state: _Import, table: str, vectors: str, key: str) -> str:
+    if not state.file.has(vectors):
+        return f"SELECT * FROM {table} ORDER BY rowid"
+    return (
+        f"SELECT t.*, v.model AS vector_model, v.dim AS vector_dim, v.vector AS vector_blob FROM {table} t "
+        f"LEFT JOIN {vectors} v ON v.{key} = t.id ORDER BY t.rowid"
+    )
+
+
+def _count_vectors(state: _Import, reused: int, pending: int) -> None:
+    state.report.vectors_reused += reused
+    state.report.vectors_pending += pending
 
 
 # ----- messages
@@ -1254,96 +1306,103 @@ _MESSAGE_DB_COLUMNS = (
 )  # fmt: skip
 
 
-def _import_messages(state: _Import) -> None:
-    has_vectors = state.file.has("memory_message_embeddings")
-    join = "LEFT JOIN memory_message_embeddings e ON e.message_id = m.id" if has_vectors else ""
-    vector_columns = (
-        ", e.model AS vector_model, e.dim AS vector_dim, e.vector AS vector_blob" if has_vectors else ""
-    )
-    sql = f"SELECT m.*{vector_columns} FROM memory_messages m {join} ORDER BY m.rowid"
-    ws, tenant = state.workspace, state.tenant
-    for chunk in _read_chunks(state, sql, "messages", "SELECT count(*) FROM memory_messages"):
-        incoming = [_message_in(state, _Row("memory_messages", raw)) for raw in chunk]
-        existing = {
-            values[0]: _message_row(values)
-            for values in MemoryMessage.objects.filter(
-                tenant=tenant, workspace=ws, message_id__in={m["row"][_MSG["id"]] for m in incoming}
-            ).values_list(*_MESSAGE_FIELDS)
-        }
-        renamed = {m["rename"] for m in incoming if (m["rename"] and m["row"][_MSG["id"]] in existing)}
-        existing.update(
-            (values[0], _message_row(values))
-            for values in MemoryMessage.objects.filter(tenant=tenant, workspace=ws, message_id__in=renamed)
-            .values_list(*_MESSAGE_FIELDS)
+@dataclass
+class _Message:
+    id: str
+    session_id: str
+    parent_id: str | None
+    role: str
+    content: str
+    metadata: Any
+    created_at: datetime
+    user: int | None
+    channel: str
+    agent_name: str
+    token_count: int
+    search_text: str | None
+    vector: str | None
+    vector_model: str
+    metadata_text: str | None
+
+    def compare_key(self, state: _Import) -> tuple[Any, ...]:
+        """Return the values compared with a stored message (_MESSAGE_COMPARED order)."""
+        return (
+            self.session_id, self.parent_id, self.role, self.content, _canonical_json(self.metadata),
+            self.created_at, state.username(self.user), self.channel, self.agent_name,
         )  # fmt: skip
+
+    def renamed(self) -> str:
+        digest = hashlib.sha256(self.content.encode()).hexdigest()[:10]
+        return f"{self.id[: _MAX['message_id'] - 18]}~import-{digest}"
+
+
+def _import_messages(state: _Import) -> None:
+    ws, tenant = state.workspace, state.tenant
+    sql = _with_vectors(state, "memory_messages", "memory_message_embeddings", "message_id")
+    for chunk in _read_chunks(state, "memory_messages", sql, "messages"):
+        incoming = [_message_in(state, row) for row in chunk]
+        wanted = {m.id for m in incoming} | {m.renamed() for m in incoming}
+        existing = {} if state.fresh else {
+            values[0]: _stored_key(values[1:], [4])
+            for values in MemoryMessage.objects.filter(tenant=tenant, workspace=ws, message_id__in=wanted)
+            .values_list("message_id", *_MESSAGE_COMPARED)
+        }  # fmt: skip
         staged = []
         for message in incoming:
-            row, message_id = message["row"], message["row"][_MSG["id"]]
-            stored = existing.get(message_id)
-            if stored is not None and _project(stored, _MSG_COMPARED) != _project(row, _MSG_COMPARED):
+            stored = existing.get(message.id)
+            if stored is not None and stored != message.compare_key(state):
                 # Another message owns this id here: keep both, the file's under a derived id.
-                state.message_renames[message_id] = message["rename"]
+                renamed = message.renamed()
+                state.message_renames[message.id] = renamed
                 state.report.conflict(
                     "messages",
-                    message_id,
+                    message.id,
                     "id_taken",
-                    f"imported as {message['rename']}: a different message has this id",
+                    f"imported as {renamed}: a different message has this id here",
                 )
-                message_id = row[_MSG["id"]] = message["rename"]
-                stored = existing.get(message_id)
-                if stored is not None and _project(stored, _MSG_COMPARED) != _project(row, _MSG_COMPARED):
+                message.id = renamed
+                stored = existing.get(renamed)
+                if stored is not None and stored != message.compare_key(state):
                     continue
             if stored is not None:
                 state.report.skipped.messages += 1
                 continue
-            state.report.imported.messages += 1
             staged.append((
-                tenant.pk, ws.pk, message_id, row[_MSG["session_id"]], message["user"], row[_MSG["parent_id"]],
-                row[_MSG["role"]], row[_MSG["content"]], row[_MSG["channel"]], row[_MSG["agent_name"]],
-                message["metadata"], row[_MSG["token_count"]], message["created_at"], row[_MSG["search_text"]],
-                message["vector"], message["vector_model"],
+                tenant.pk, ws.pk, message.id, message.session_id, message.user, message.parent_id, message.role,
+                message.content, message.channel, message.agent_name,
+                None if message.metadata is None else message.metadata_text, message.token_count,
+                message.created_at, message.search_text or _segment(message.content), message.vector,
+                message.vector_model,
             ))  # fmt: skip
         _copy_rows("ekko_import_messages", _MESSAGE_DB_COLUMNS, staged)
     with connection.cursor() as cursor:
         # Parent links to a message that was renamed follow it.
         for old, new in state.message_renames.items():
             cursor.execute("UPDATE ekko_import_messages SET parent_id = %s WHERE parent_id = %s", [new, old])
-        cursor.execute("SELECT count(embedding), count(*) - count(embedding) FROM ekko_import_messages")
-        _count_vectors(state, *cursor.fetchone())
-    _move_staged("ekko_import_messages", "memory_memorymessage", _MESSAGE_DB_COLUMNS)
+    inserted = _move_staged("ekko_import_messages", "memory_memorymessage", _MESSAGE_DB_COLUMNS,
+                            returning="RETURNING id, embedding IS NULL")  # fmt: skip
+    state.messages_to_embed = [pk for pk, unembedded in inserted if unembedded]
+    state.report.imported.messages += len(inserted)
+    _count_vectors(state, len(inserted) - len(state.messages_to_embed), len(state.messages_to_embed))
 
 
-def _count_vectors(state: _Import, reused: int, pending: int) -> None:
-    state.report.vectors_reused += reused
-    state.report.vectors_pending += pending
-
-
-def _message_in(state: _Import, row: _Row) -> dict[str, Any]:
-    message_id = row.text("id", max_length=_MAX["message_id"])
+def _message_in(state: _Import, row: _Row) -> _Message:
     content = row.text("content")
-    metadata = row.json_value("metadata_json")
-    created_at = row.timestamp("created_at")
     search_text = row.get("search_text")
     if not state.signer.verified("message", [content], search_text, row.get("search_text_sig")):
-        search_text = _segment(content)
-    user = state.user_id(row)
-    vector, vector_model = _vector(
-        state, row, row.get("vector_model"), row.get("vector_dim"), row.get("vector_blob")
-    )
-    file_row = [
-        message_id, row.text("session_id", max_length=_MAX["session_id"]),
-        row.text("parent_id", required=False, max_length=_MAX["message_id"]), row.choice("role", Role.values),
-        content, _json_or_none(metadata), iso_utc(created_at), state.username(user),
-        row.choice("channel", Channel.values, default=Channel.MAIN),
-        row.text("agent_name", default="", max_length=_MAX["agent_name"]),
-        row.integer("token_count"), search_text, None,
-    ]  # fmt: skip
-    digest = hashlib.sha256(content.encode()).hexdigest()[:10]
-    return {
-        "row": file_row, "user": user, "metadata": None if metadata is None else Jsonb(metadata),
-        "created_at": created_at, "vector": vector, "vector_model": vector_model,
-        "rename": f"{message_id[: _MAX['message_id'] - 16]}~import-{digest}",
-    }  # fmt: skip
+        search_text = None  # segmented only if the message is staged
+    vector, vector_model = row.vector(state)
+    return _Message(
+        id=row.text("id", max_length=_MAX["message_id"]),
+        session_id=row.text("session_id", max_length=_MAX["session_id"]),
+        parent_id=row.text("parent_id", required=False, max_length=_MAX["message_id"]),
+        role=row.choice("role", _ROLES), content=content, metadata=row.json("metadata_json"),
+        created_at=row.timestamp("created_at"), user=state.user_id(row),
+        channel=row.choice("channel", _CHANNELS, default=Channel.MAIN),
+        agent_name=row.text("agent_name", default="", max_length=_MAX["agent_name"]),
+        token_count=row.integer("token_count"), search_text=search_text, vector=vector, vector_model=vector_model,
+        metadata_text=row.values.get("metadata_json"),
+    )  # fmt: skip
 
 
 # ----- summaries
@@ -1359,19 +1418,18 @@ _SUMMARY_LISTS = ("constraints", "preferences", "decisions", "completed_work", "
 def _import_summaries(state: _Import) -> None:
     ws, tenant = state.workspace, state.tenant
     sql = "SELECT * FROM memory_summaries ORDER BY rowid"
-    for chunk in _read_chunks(state, sql, "summaries", "SELECT count(*) FROM memory_summaries"):
-        incoming = [_summary_in(state, _Row("memory_summaries", raw)) for raw in chunk]
-        existing = {
-            str(values[0]): (values[-1], _summary_row(values[:-1]))
+    for chunk in _read_chunks(state, "memory_summaries", sql, "summaries"):
+        incoming = [_summary_in(state, row) for row in chunk]
+        existing = {} if state.fresh else {
+            values[0]: (values[1], _stored_key(values[2:], range(6, 12)))
             for values in MemorySummary.objects.filter(tenant=tenant, pk__in=[s["id"] for s in incoming])
-            .values_list(*_SUMMARY_FIELDS, "workspace_id")
+            .values_list("id", "workspace_id", *_SUMMARY_COMPARED)
         }  # fmt: skip
         staged = []
         for summary in incoming:
-            row = summary["row"]
-            stored = existing.get(row[0])
+            stored = existing.get(summary["id"])
             if stored is not None:
-                if stored[0] == ws.pk and stored[1] == row:
+                if stored[0] == ws.pk and stored[1] == _summary_key(summary):
                     state.report.skipped.summaries += 1
                 else:
                     state.report.conflict(
@@ -1382,12 +1440,12 @@ def _import_summaries(state: _Import) -> None:
                     )
                 continue
             staged.append((
-                summary["id"], tenant.pk, ws.pk, row[_SUM["session_id"]], summary["parent"],
-                row[_SUM["from_message_id"]], row[_SUM["to_message_id"]], row[_SUM["summary"]],
-                row[_SUM["current_goal"]], *(Jsonb(summary[name]) for name in _SUMMARY_LISTS),
-                summary["created_at"], summary["source_id"],
+                summary["id"], tenant.pk, ws.pk, summary["session_id"], summary["parent"], summary["from"],
+                summary["to"], summary["summary"], summary["current_goal"],
+                *summary["texts"], summary["created_at"], summary["source_id"],
             ))  # fmt: skip
         _copy_rows("ekko_import_summaries", (*_SUMMARY_DB_COLUMNS, "source_id"), staged)
+    _analyze("ekko_import_summaries")
     _settle_summary_chain(state)
     state.report.imported.summaries += _move_staged(
         "ekko_import_summaries", "memory_memorysummary", _SUMMARY_DB_COLUMNS
@@ -1396,25 +1454,25 @@ def _import_summaries(state: _Import) -> None:
 
 def _summary_in(state: _Import, row: _Row) -> dict[str, Any]:
     source_id = row.text("id")
-    target_id = state.target_uuid(source_id)
-    parent = state.link_uuid(row.text("parent_summary_id", required=False), state.summary_ids)
-    created_at = row.timestamp("created_at")
-    lists = {name: row.json_strings(f"{name}_json") for name in _SUMMARY_LISTS}
-    file_row = [
-        str(target_id), row.text("session_id", max_length=_MAX["session_id"]), _str_or_none(parent),
-        state.message_id(row.text("from_message_id", max_length=_MAX["message_id"])),
-        state.message_id(row.text("to_message_id", max_length=_MAX["message_id"])), row.text("summary"),
-        row.text("current_goal", required=False), *(_json_text(lists[name]) for name in _SUMMARY_LISTS),
-        iso_utc(created_at),
-    ]  # fmt: skip
     return {
-        "id": target_id,
-        "source_id": source_id,
-        "parent": parent,
-        "created_at": created_at,
-        "row": file_row,
-        **lists,
-    }
+        "id": state.summary_map.get(source_id) or state.target_uuid(source_id), "source_id": source_id,
+        "session_id": row.text("session_id", max_length=_MAX["session_id"]),
+        "parent": state.link_uuid(row.text("parent_summary_id", required=False), state.summary_map),
+        "from": state.message_id(row.text("from_message_id", max_length=_MAX["message_id"])),
+        "to": state.message_id(row.text("to_message_id", max_length=_MAX["message_id"])),
+        "summary": row.text("summary"), "current_goal": row.text("current_goal", required=False),
+        "created_at": row.timestamp("created_at"),
+        **{name: row.json_strings(f"{name}_json", 2**31) for name in _SUMMARY_LISTS},
+        "texts": [row.values.get(f"{name}_json") or "[]" for name in _SUMMARY_LISTS],
+    }  # fmt: skip
+
+
+def _summary_key(summary: dict[str, Any]) -> tuple[Any, ...]:
+    return (
+        summary["session_id"], summary["parent"], summary["from"], summary["to"], summary["summary"],
+        summary["current_goal"], *(_canonical_json(summary[name]) for name in _SUMMARY_LISTS),
+        summary["created_at"],
+    )  # fmt: skip
 
 
 def _settle_summary_chain(state: _Import) -> None:
@@ -1460,187 +1518,205 @@ _NODE_DB_COLUMNS = (
     "last_accessed_at", "search_text", "embedding", "embedding_model",
 )  # fmt: skip
 _NODE_UPDATED_COLUMNS = tuple(
-    c
-    for c in _NODE_DB_COLUMNS
-    if c
-    not in {
-        "id",
-        "tenant_id",
-        "workspace_id",
-        "created_at",
-        "access_count",
-        "last_accessed_at",
-        "embedding",
-        "embedding_model",
-    }
-)
+    c for c in _NODE_DB_COLUMNS if c not in {"id", "tenant_id", "workspace_id", "created_at", "access_count",
+                                             "last_accessed_at", "embedding", "embedding_model"}
+)  # fmt: skip
+
+
+@dataclass
+class _Node:
+    id: uuid.UUID
+    source_id: str
+    parent: uuid.UUID | None
+    supersedes: uuid.UUID | None
+    session_id: str | None
+    user: int | None
+    scope: str
+    domain: str
+    category_path: list[str]
+    type: str
+    key: str
+    value_json: Any
+    title: str
+    content: str
+    status: str
+    confidence: float
+    importance: float
+    tags: list[str]
+    entities: list[str]
+    source_message_ids: list[str]
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None
+    revision: int
+    kind: str
+    item_key: str | None
+    explicit_user_intent: bool
+    access_count: int
+    last_accessed_at: datetime | None
+    search_text: str | None
+    vector: str | None
+    vector_model: str
+    owner_ref: str
+    # The file's JSON texts of category_path, tags, entities, source_message_ids and value_json, staged as is.
+    texts: list[str]
+
+    def compare_key(self, state: _Import) -> tuple[Any, ...]:
+        """Return the values compared with a stored node (_NODE_COMPARED order)."""
+        return (
+            self.parent, self.supersedes, self.session_id, state.username(self.user), self.scope, self.domain,
+            _canonical_json(self.category_path), self.type, self.key, _canonical_json(self.value_json), self.title,
+            self.content, self.status, self.confidence, self.importance, _canonical_json(self.tags),
+            _canonical_json(self.entities), _canonical_json(self.source_message_ids), self.created_at,
+            self.expires_at, self.kind, self.item_key, self.explicit_user_intent,
+        )  # fmt: skip
+
+    def db_row(self, state: _Import, action: str) -> tuple[Any, ...]:
+        search_text = self.search_text or _node_search_text(
+            self.title, self.content, self.tags, self.entities
+        )
+        return (
+            self.id, state.tenant.pk, state.workspace.pk, self.user, self.session_id, self.parent, self.supersedes,
+            self.scope, self.owner_ref, self.kind, self.item_key, self.key, self.domain, self.texts[0],
+            "/".join(self.category_path), self.type, None if self.value_json is None else self.texts[4],
+            self.title, self.content, self.status, self.confidence, self.importance, self.texts[1], self.texts[2],
+            self.texts[3], self.explicit_user_intent, self.revision, self.created_at, self.updated_at,
+            self.expires_at, self.access_count, self.last_accessed_at, search_text, self.vector, self.vector_model,
+            action, self.source_id,
+        )  # fmt: skip
 
 
 def _import_nodes(state: _Import) -> None:
-    has_vectors = state.file.has("memory_embeddings")
-    join = "LEFT JOIN memory_embeddings e ON e.node_id = n.id" if has_vectors else ""
-    vector_columns = (
-        ", e.model AS vector_model, e.dim AS vector_dim, e.vector AS vector_blob" if has_vectors else ""
-    )
-    sql = f"SELECT n.*{vector_columns} FROM memory_nodes n {join} ORDER BY n.rowid"
     ws, tenant = state.workspace, state.tenant
+    sql = _with_vectors(state, "memory_nodes", "memory_embeddings", "node_id")
     previous_versions: dict[uuid.UUID, dict[str, Any]] = {}
-    for chunk in _read_chunks(state, sql, "nodes", "SELECT count(*) FROM memory_nodes"):
-        incoming = [_node_in(state, _Row("memory_nodes", raw)) for raw in chunk]
-        ids = [n["id"] for n in incoming]
-        existing = {
-            values[0]: (values[4], values[-1], _node_row(values[:-1]))
-            for values in MemoryNode.objects.filter(tenant=tenant, pk__in=ids).values_list(
-                *_NODE_FIELDS, "owner_ref"
-            )
-        }
+    for chunk in _read_chunks(state, "memory_nodes", sql, "nodes"):
+        incoming = [_node_in(state, row) for row in chunk]
+        ids = [n.id for n in incoming]
+        existing = {} if state.fresh else {
+            values[0]: values[1:]
+            for values in MemoryNode.objects.filter(tenant=tenant, pk__in=ids)
+            .values_list("id", *_NODE_STORED, *_NODE_COMPARED)
+        }  # fmt: skip
         missing = [i for i in ids if i not in existing]
-        forgotten = set(
-            MemoryAuditEvent.objects.filter(tenant=tenant, node_id__in=missing).values_list(
-                "node_id", flat=True
-            )
-        )
+        forgotten = set() if state.fresh else set(
+            MemoryAuditEvent.objects.filter(tenant=tenant, node_id__in=missing).values_list("node_id", flat=True)
+        )  # fmt: skip
         staged = []
         for node in incoming:
-            node_id, row, source_id = node["id"], node["row"], node["source_id"]
-            if node_id in forgotten:
-                state.nodes_not_imported.add(node_id)
+            if node.id in forgotten:
+                state.nodes_not_imported.add(node.id)
                 state.report.conflict(
                     "nodes",
-                    source_id,
+                    node.source_id,
                     "forgotten",
                     "this memory was hard-forgotten here; it is not brought back",
                 )
                 continue
-            stored = existing.get(node_id)
+            stored = existing.get(node.id)
             if stored is None:
-                staged.append(_node_db_row(state, node, "insert"))
+                staged.append(node.db_row(state, "insert"))
                 continue
-            stored_workspace, stored_owner_ref, stored_row = stored
+            stored_workspace, stored_revision, stored_owner_ref, stored_updated_at = stored[:4]
+            stored_key = _stored_key(stored[4:], _NODE_JSON_POSITIONS)
             if stored_workspace != ws.pk:
-                state.nodes_not_imported.add(node_id)
-                state.report.conflict(
-                    "nodes", source_id, "other_workspace", "a node with this id belongs to another workspace"
-                )
-                continue
-            if _project(stored_row, _NODE_COMPARED) == _project(row, _NODE_COMPARED):
-                state.report.skipped.nodes += 1
-                continue
-            stored_revision, file_revision = stored_row[_NODE["revision"]], row[_NODE["revision"]]
-            if file_revision < stored_revision:
-                state.nodes_not_imported.add(node_id)
+                state.nodes_not_imported.add(node.id)
                 state.report.conflict(
                     "nodes",
-                    source_id,
+                    node.source_id,
+                    "other_workspace",
+                    "a node with this id belongs to another workspace",
+                )
+                continue
+            if stored_key == node.compare_key(state):
+                state.report.skipped.nodes += 1
+                continue
+            if node.revision < stored_revision:
+                state.nodes_not_imported.add(node.id)
+                state.report.conflict(
+                    "nodes",
+                    node.source_id,
                     "stale_revision",
-                    f"the file has revision {file_revision}, the stored node is at "
+                    f"the file has revision {node.revision}, the stored node is at "
                     f"{stored_revision} with different content; the stored node is kept",
                 )
                 continue
-            node["revision"] = max(stored_revision + 1, file_revision)
-            if (
-                stored_row[_NODE["scope"]],
-                stored_row[_NODE["session_id"]],
-                stored_row[_NODE["user_id"]],
-            ) == (row[_NODE["scope"]], row[_NODE["session_id"]], row[_NODE["user_id"]]):
-                node["owner_ref"] = stored_owner_ref
-            previous_versions[node_id] = {
+            node.revision = max(stored_revision + 1, node.revision)
+            previous = dict(zip(_NODE_COMPARED, stored[4:], strict=True))
+            if (previous["scope"], previous["session_id"], previous["user__username"]) == (
+                node.scope,
+                node.session_id,
+                state.username(node.user),
+            ):
+                node.owner_ref = stored_owner_ref
+            previous_versions[node.id] = {
                 "fromRevision": stored_revision,
-                "toRevision": node["revision"],
-                "previous": _node_json(stored_row),
+                "toRevision": node.revision,
+                "previous": _node_json(previous, stored_updated_at),
             }
-            staged.append(_node_db_row(state, node, "update"))
+            staged.append(node.db_row(state, "update"))
         _copy_rows("ekko_import_nodes", (*_NODE_DB_COLUMNS, "import_action", "source_id"), staged)
+    _analyze("ekko_import_nodes")
     _settle_node_slots(state)
     _apply_staged_nodes(state, previous_versions)
 
 
-def _node_in(state: _Import, row: _Row) -> dict[str, Any]:
+def _node_in(state: _Import, row: _Row) -> _Node:
     source_id = row.text("id")
-    node_id = state.target_uuid(source_id)
-    scope = row.choice("scope", Scope.values)
-    node_type = row.choice("type", NodeType.values)
-    category_path = row.json_strings("category_path_json", _MAX["category"])
+    scope = row.choice("scope", _SCOPES)
     title = row.text("title", max_length=_MAX["title"])
     content = row.text("content")
     tags = row.json_strings("tags_json", _MAX["tag"])
     entities = row.json_strings("entities_json", _MAX["entity"])
+    category_path = row.json_strings("category_path_json", _MAX["category"])
+    if sum(map(len, category_path)) + len(category_path) > _MAX["category_path_text"]:
+        raise row.fail("category_path_json", "the joined path is longer than 500 characters")
     key = row.text("key", required=False, max_length=_MAX["key"]) or f"unkeyed:{source_id}"[: _MAX["key"]]
-    kind = row.text("kind", required=False, max_length=_MAX["kind"]) or key.split(":", 1)[0][: _MAX["kind"]]
     session_id = row.text("session_id", required=False, max_length=_MAX["session_id"])
     user = state.user_id(row)
-    source_message_ids = [
-        state.message_id(i) for i in row.json_strings("source_message_ids_json", _MAX["message_id"])
-    ]
-    value_json = row.json_value("value_json")
-    timestamps = {
-        c: row.timestamp(c, required=c in ("created_at", "updated_at"))
-        for c in ("created_at", "updated_at", "expires_at", "last_accessed_at")
-    }
-    parent = state.link_uuid(row.text("parent_id", required=False), state.node_ids)
-    supersedes = state.link_uuid(row.text("supersedes_id", required=False), state.node_ids)
     search_text = row.get("search_text")
-    if not state.signer.verified(
-        "node", _node_search_inputs(title, content, tags, entities), search_text, row.get("search_text_sig")
-    ):
-        search_text = _node_search_text(title, content, tags, entities)
-    vector, vector_model = _vector(
-        state, row, row.get("vector_model"), row.get("vector_dim"), row.get("vector_blob")
-    )
-    category_path_text = "/".join(category_path)
-    if len(category_path_text) > _MAX["category_path_text"]:
-        raise row.fail("category_path_json", "the joined path is longer than 500 characters")
-    file_row = [
-        str(node_id), _str_or_none(parent), _str_or_none(supersedes), session_id, str(state.workspace.pk),
-        state.username(user), scope, row.text("domain", max_length=_MAX["domain"]), _json_text(category_path),
-        category_path_text, node_type, key, _json_or_none(value_json), title, content,
-        row.choice("status", NodeStatus.values), row.number("confidence"), row.number("importance"),
-        _json_text(tags), _json_text(entities), _json_text(source_message_ids),
-        *(iso_utc(timestamps[c]) for c in ("created_at", "updated_at", "expires_at")),
-        row.integer("revision", default=1, low=1), kind,
-        row.text("item_key", required=False, max_length=_MAX["item_key"]),
-        int(bool(row.integer("explicit_user_intent", high=1))), row.integer("access_count"),
-        iso_utc(timestamps["last_accessed_at"]), search_text, None,
-    ]  # fmt: skip
-    return {
-        "id": node_id, "source_id": source_id, "row": file_row, "user": user, "parent": parent,
-        "supersedes": supersedes, "category_path": category_path, "tags": tags, "entities": entities,
-        "source_message_ids": source_message_ids, "value_json": value_json, "timestamps": timestamps,
-        "revision": file_row[_NODE["revision"]], "vector": vector, "vector_model": vector_model,
-        "owner_ref": owner_ref(scope=scope, workspace_id=state.workspace.pk, session_id=session_id, user_id=user),
-    }  # fmt: skip
-
-
-def _node_db_row(state: _Import, node: dict[str, Any], action: str) -> tuple[Any, ...]:
-    row, t = node["row"], node["timestamps"]
-    return (
-        node["id"], state.tenant.pk, state.workspace.pk, node["user"], row[_NODE["session_id"]], node["parent"],
-        node["supersedes"], row[_NODE["scope"]], node["owner_ref"], row[_NODE["kind"]], row[_NODE["item_key"]],
-        row[_NODE["key"]], row[_NODE["domain"]], node["category_path"], row[_NODE["category_path_text"]],
-        row[_NODE["type"]], None if node["value_json"] is None else Jsonb(node["value_json"]), row[_NODE["title"]],
-        row[_NODE["content"]], row[_NODE["status"]], row[_NODE["confidence"]], row[_NODE["importance"]],
-        node["tags"], node["entities"], node["source_message_ids"], bool(row[_NODE["explicit_user_intent"]]),
-        node["revision"], t["created_at"], t["updated_at"], t["expires_at"], row[_NODE["access_count"]],
-        t["last_accessed_at"], row[_NODE["search_text"]], node["vector"], node["vector_model"], action,
-        node["source_id"],
+    # Signed over the file's own JSON texts, so an unchanged row verifies without re-encoding anything.
+    inputs = (title, content, row.values.get("tags_json") or "", row.values.get("entities_json") or "")
+    if not state.signer.verified("node", inputs, search_text, row.get("search_text_sig")):
+        search_text = None  # segmented only if the node is staged
+    vector, vector_model = row.vector(state)
+    renames = state.message_renames
+    sources = row.json_strings("source_message_ids_json", _MAX["message_id"])
+    texts = [row.values.get(c) or "[]" for c in ("category_path_json", "tags_json", "entities_json",
+                                                  "source_message_ids_json")]  # fmt: skip
+    texts.append(row.values.get("value_json") or "null")
+    if renames and any(i in renames for i in sources):
+        sources = [renames.get(i, i) for i in sources]
+        texts[3] = _json_text(sources)
+    return _Node(
+        id=state.node_map.get(source_id) or state.target_uuid(source_id), source_id=source_id,
+        parent=state.link_uuid(row.text("parent_id", required=False), state.node_map),
+        supersedes=state.link_uuid(row.text("supersedes_id", required=False), state.node_map),
+        session_id=session_id, user=user, scope=scope, domain=row.text("domain", max_length=_MAX["domain"]),
+        category_path=category_path, type=row.choice("type", _NODE_TYPES), key=key,
+        value_json=row.json("value_json"), title=title, content=content, status=row.choice("status", _STATUSES),
+        confidence=row.number("confidence"), importance=row.number("importance"), tags=tags, entities=entities,
+        source_message_ids=sources, texts=texts,
+        created_at=row.timestamp("created_at"), updated_at=row.timestamp("updated_at"),
+        expires_at=row.timestamp("expires_at", required=False), revision=row.integer("revision", default=1, low=1),
+        kind=row.text("kind", required=False, max_length=_MAX["kind"]) or key.split(":", 1)[0][: _MAX["kind"]],
+        item_key=row.text("item_key", required=False, max_length=_MAX["item_key"]),
+        explicit_user_intent=bool(row.integer("explicit_user_intent", high=1)),
+        access_count=row.integer("access_count"), last_accessed_at=row.timestamp("last_accessed_at", required=False),
+        search_text=search_text, vector=vector, vector_model=vector_model,
+        owner_ref=owner_ref(scope=scope, workspace_id=state.workspace.pk, session_id=session_id, user_id=user),
     )  # fmt: skip
 
 
-def _node_json(row: Sequence[Any]) -> dict[str, Any]:
+def _node_json(previous: dict[str, Any], updated_at: datetime) -> dict[str, Any]:
     """Return the API-shaped previous values of a node, kept in the import's update audit event."""
-
-    def parsed(column: str) -> Any:
-        value = row[_NODE[column]]
-        return None if value is None else json.loads(value)
-
     return {
-        "title": row[_NODE["title"]], "content": row[_NODE["content"]], "status": row[_NODE["status"]],
-        "valueJson": parsed("value_json"), "scope": row[_NODE["scope"]], "key": row[_NODE["key"]],
-        "confidence": row[_NODE["confidence"]], "importance": row[_NODE["importance"]],
-        "tags": parsed("tags_json"), "entities": parsed("entities_json"),
-        "sourceMessageIds": parsed("source_message_ids_json"), "expiresAt": row[_NODE["expires_at"]],
-        "supersedesId": row[_NODE["supersedes_id"]], "parentId": row[_NODE["parent_id"]],
-        "updatedAt": row[_NODE["updated_at"]],
+        "title": previous["title"], "content": previous["content"], "status": previous["status"],
+        "valueJson": previous["value_json"], "scope": previous["scope"], "key": previous["key"],
+        "confidence": previous["confidence"], "importance": previous["importance"], "tags": previous["tags"],
+        "entities": previous["entities"], "sourceMessageIds": previous["source_message_ids"],
+        "expiresAt": iso_utc(previous["expires_at"]), "supersedesId": _str_or_none(previous["supersedes_id"]),
+        "parentId": _str_or_none(previous["parent_id"]), "updatedAt": iso_utc(updated_at),
     }  # fmt: skip
 
 
@@ -1672,7 +1748,7 @@ def _settle_node_slots(state: _Import) -> None:
         cursor.execute(
             """
             SELECT s.id, s.source_id, s.import_action, n.id,
-                   s.title = n.title AND s.content = n.content AND s.value_json IS NOT DISTINCT FROM n.value_json
+                   s.title = n.title AND s.content = n.content AND s.value_json::jsonb IS NOT DISTINCT FROM n.value_json
             FROM ekko_import_nodes s
             JOIN memory_memorynode n ON n.tenant_id = %s AND n.status = 'active' AND n.scope = s.scope
                  AND n.owner_ref = s.owner_ref AND n.key = s.key AND n.id <> s.id
@@ -1725,7 +1801,7 @@ def _settle_node_slots(state: _Import) -> None:
 
 
 def _apply_staged_nodes(state: _Import, previous_versions: dict[uuid.UUID, dict[str, Any]]) -> None:
-    assignments = ", ".join(f"{c} = s.{c}" for c in _NODE_UPDATED_COLUMNS)
+    assignments = ", ".join(f"{c} = {_staged_value('memory_memorynode', c)}" for c in _NODE_UPDATED_COLUMNS)
     with connection.cursor() as cursor:
         # Nodes leaving a slot are updated before nodes entering one, so the one-active-per-slot index holds.
         for status_test in ("s.status <> 'active'", "s.status = 'active'"):
@@ -1759,12 +1835,14 @@ def _apply_staged_nodes(state: _Import, previous_versions: dict[uuid.UUID, dict[
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            SELECT count(s.embedding), count(*) FILTER (WHERE n.embedding IS NULL)
+            SELECT s.id, s.embedding IS NOT NULL, n.embedding IS NULL
             FROM ekko_import_nodes s JOIN memory_memorynode n ON n.id = s.id AND n.tenant_id = %s
             """,
             [state.tenant.pk],
         )
-        _count_vectors(state, *cursor.fetchone())
+        written = cursor.fetchall()
+        state.nodes_to_embed = [str(node_id) for node_id, _, unembedded in written if unembedded]
+        _count_vectors(state, sum(reused for _, reused, _ in written), len(state.nodes_to_embed))
         cursor.execute(
             "SELECT id, session_id, user_id FROM ekko_import_nodes WHERE import_action = 'update' ORDER BY source_id"
         )
@@ -1800,23 +1878,22 @@ _AUDIT_DB_COLUMNS = (
 def _import_audit_events(state: _Import) -> None:
     ws, tenant = state.workspace, state.tenant
     sql = "SELECT * FROM memory_audit_events ORDER BY rowid"
-    for chunk in _read_chunks(state, sql, "audit events", "SELECT count(*) FROM memory_audit_events"):
-        incoming = [_audit_in(state, _Row("memory_audit_events", raw)) for raw in chunk]
-        existing = {
-            str(values[0]): _audit_row(values)
-            for values in _audit_events_of(tenant, ws).filter(pk__in=[e["id"] for e in incoming])
-            .values_list(*_AUDIT_FIELDS)
+    for chunk in _read_chunks(state, "memory_audit_events", sql, "audit events"):
+        incoming = [_audit_in(state, row) for row in chunk]
+        ids = [e["id"] for e in incoming]
+        existing = {} if state.fresh else {
+            values[0]: _stored_key(values[1:], [6])
+            for values in _audit_events_of(tenant, ws).filter(pk__in=ids).values_list("id", *_AUDIT_COMPARED)
         }  # fmt: skip
-        elsewhere = set(
-            MemoryAuditEvent.objects.filter(tenant=tenant, pk__in=[e["id"] for e in incoming])
-            .exclude(pk__in=[uuid.UUID(i) for i in existing]).values_list("id", flat=True)
+        elsewhere = set() if state.fresh else set(
+            MemoryAuditEvent.objects.filter(tenant=tenant, pk__in=ids).exclude(pk__in=list(existing))
+            .values_list("id", flat=True)
         )  # fmt: skip
         staged = []
         for event in incoming:
-            row = event["row"]
-            stored = existing.get(row[0])
+            stored = existing.get(event["id"])
             if stored is not None or event["id"] in elsewhere:
-                if stored == row:
+                if stored == _audit_key(state, event):
                     state.report.skipped.audit_events += 1
                 else:
                     state.report.conflict(
@@ -1831,9 +1908,9 @@ def _import_audit_events(state: _Import) -> None:
                 state.report.skipped.audit_events += 1
                 continue
             staged.append((
-                event["id"], tenant.pk, ws.pk, row[_AUD["event_type"]], event["node_id"], row[_AUD["session_id"]],
-                event["user"], row[_AUD["actor"]], row[_AUD["reason"]],
-                None if event["payload"] is None else Jsonb(event["payload"]), event["created_at"],
+                event["id"], tenant.pk, ws.pk, event["event_type"], event["node_id"], event["session_id"],
+                event["user"], event["actor"], event["reason"],
+                None if event["payload"] is None else event["payload_text"], event["created_at"],
             ))  # fmt: skip
         _copy_rows("ekko_import_events", _AUDIT_DB_COLUMNS, staged)
         state.report.imported.audit_events += len(staged)
@@ -1842,25 +1919,21 @@ def _import_audit_events(state: _Import) -> None:
 
 def _audit_in(state: _Import, row: _Row) -> dict[str, Any]:
     source_id = row.text("id")
-    event_id = state.target_uuid(source_id)
     source_node = row.text("node_id", required=False)
-    # Events outlive their nodes, so an event's node id is mapped even when the node is not in the file.
-    node_id = None if source_node is None else state.target_uuid(source_node)
-    payload = row.json_value("payload_json")
-    created_at = row.timestamp("created_at")
-    user = state.user_id(row)
-    file_row = [
-        str(event_id), row.choice("event_type", AuditEventType.values), _str_or_none(node_id),
-        row.text("session_id", required=False, max_length=_MAX["session_id"]), str(state.workspace.pk),
-        state.username(user), row.text("actor", max_length=_MAX["actor"]), row.text("reason"),
-        _json_or_none(payload), iso_utc(created_at),
-    ]  # fmt: skip
     return {
-        "id": event_id,
-        "source_id": source_id,
-        "node_id": node_id,
-        "payload": payload,
-        "created_at": created_at,
-        "user": user,
-        "row": file_row,
-    }
+        "id": state.target_uuid(source_id), "source_id": source_id,
+        "event_type": row.choice("event_type", _EVENT_TYPES),
+        # Events outlive their nodes, so an event's node id is mapped even when the node is not in the file.
+        "node_id": None if source_node is None else state.node_map.get(source_node) or state.target_uuid(source_node),
+        "session_id": row.text("session_id", required=False, max_length=_MAX["session_id"]),
+        "user": state.user_id(row), "actor": row.text("actor", max_length=_MAX["actor"]),
+        "reason": row.text("reason"), "payload": row.json("payload_json"),
+        "payload_text": row.values.get("payload_json"), "created_at": row.timestamp("created_at"),
+    }  # fmt: skip
+
+
+def _audit_key(state: _Import, event: dict[str, Any]) -> tuple[Any, ...]:
+    return (
+        event["event_type"], event["node_id"], event["session_id"], state.username(event["user"]), event["actor"],
+        event["reason"], _canonical_json(event["payload"]), event["created_at"],
+    )  # fmt: skip
