@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.db import connection
 from django.test import override_settings
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -713,3 +714,128 @@ def test_property_export_import_export_gives_identical_rows(db, tmp_path, plan):
     third = tmp_path / f"{number}-third.sqlite"
     workspace_export_sqlite(tenant=source, workspace=workspace, path=third)
     assert table_rows(third) == table_rows(first)
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def run(*args: str) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    call_command(*args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def test_export_and_import_commands_show_progress_and_one_summary_line(tenant_a, tmp_path):
+    b = sample_workspace(tenant_a)
+    path = tmp_path / "cli.sqlite"
+    out, err = run("export_workspace", str(b.workspace.pk), str(path))
+    assert out.count("\n") == 1 and "Exported tenant-a/default" in out and "5 nodes" in out
+    assert "nodes" in err and "rows" in err  # the tqdm bars
+    with pytest.raises(CommandError, match="exists. Pass --force"):
+        run("export_workspace", "tenant-a/default", str(path))
+    run("export_workspace", "tenant-a/default", str(path), "--force", "--quiet")
+    copy = workspace_create(tenant=tenant_a, name="From CLI")
+    out, err = run("import_workspace", f"tenant-a/{copy.slug}", str(path), "--no-embed")
+    assert out.count("\n") == 1 and "imported 2 messages, 2 summaries, 5 nodes, 4 audit events" in out
+    out, _ = run("import_workspace", str(copy.pk), str(path), "--json", "--quiet")
+    assert json.loads(out)["skipped"] == {"messages": 2, "summaries": 2, "nodes": 5, "auditEvents": 4}
+
+
+def test_import_command_refuses_a_bad_file_with_the_reason(tenant_a, tmp_path):
+    path = tmp_path / "bad.sqlite"
+    path.write_text("hello")
+    before = counts(tenant_a)
+    with pytest.raises(CommandError, match="Nothing was imported: The file is not an SQLite database"):
+        run("import_workspace", "tenant-a/default", str(path))
+    assert counts(tenant_a) == before
+
+
+def test_commands_name_an_unknown_workspace_clearly(tenant_a, tmp_path):
+    for spec in ("999999", "tenant-a/nope", "nope/default", "tenant-a"):
+        with pytest.raises(CommandError, match="No workspace"):
+            run("export_workspace", spec, str(tmp_path / "x.sqlite"))
+
+
+# --------------------------------------------------------------------------- JSONL message history
+
+
+def write_jsonl(path: Path, lines: list) -> Path:
+    path.write_text("".join((json.dumps(x, ensure_ascii=False) if not isinstance(x, str) else x) + "\n"
+                            for x in lines), encoding="utf-8")
+    return path
+
+
+def test_jsonl_import_is_idempotent_and_keeps_order(tenant_a, tenant_b, tmp_path):
+    path = write_jsonl(tmp_path / "history.jsonl", [
+        {"sessionId": "old-1", "role": "user", "content": "我不吃香菜", "createdAt": "2024-05-01T10:00:00Z"},
+        {"session_id": "old-1", "role": "assistant", "content": "好的", "timestamp": 1714557601},
+        {"role": "user", "content": [{"type": "text", "text": "以后少放辣"}]},
+        {"role": "user", "content": "ok"},
+        {"role": "user", "content": "ok"},  # the same words twice are two messages
+        {"id": "given-1", "sessionId": "old-2", "role": "tool", "content": "{\"result\": 1}", "channel": "subagent",
+         "agentName": "calc"},
+        "",
+    ])
+    out, _ = run("import_jsonl", "tenant-a/default", str(path), "--session", "legacy", "--no-embed")
+    assert "imported 6 messages in 3 session(s); skipped 0" in out
+    with tenant_context(tenant_a):
+        legacy = list(MemoryMessage.objects.filter(session_id="legacy").order_by("created_at"))
+        given = MemoryMessage.objects.get(message_id="given-1")
+    assert [m.content for m in legacy] == ["以后少放辣", "ok", "ok"]
+    assert legacy[0].search_text and legacy[0].token_count > 0
+    assert (given.channel, given.agent_name, given.role) == ("subagent", "calc", "tool")
+    out, _ = run("import_jsonl", "tenant-a/default", str(path), "--session", "legacy", "--no-embed")
+    assert "imported 0 messages" in out and "skipped 6" in out
+    with tenant_context(tenant_b):
+        assert not MemoryMessage.objects.exists()
+
+
+def test_jsonl_import_reports_an_id_held_by_another_message(tenant_a, tmp_path):
+    Builder(tenant_a, default_workspace(tenant_a)).message("原来的内容", message_id="m-1")
+    path = write_jsonl(tmp_path / "h.jsonl", [{"id": "m-1", "sessionId": "s1", "role": "user", "content": "别的"}])
+    out, err = run("import_jsonl", "tenant-a/default", str(path), "--no-embed")
+    assert "1 conflicts" in out and "line 1 id m-1" in err
+    with tenant_context(tenant_a):
+        assert MemoryMessage.objects.get(message_id="m-1").content == "原来的内容"
+
+
+@pytest.mark.parametrize("bad, reason", [
+    ("{not json", "Line 2: not valid JSON"),
+    (json.dumps({"sessionId": "s", "role": "boss", "content": "x"}), "Line 2: `role` must be one of"),
+    (json.dumps({"role": "user", "content": "x"}), "Line 2: no `sessionId`"),
+    (json.dumps({"sessionId": "s", "role": "user", "content": ""}), "Line 2: `content` must be"),
+    (json.dumps({"sessionId": "s", "role": "user", "content": "x", "createdAt": "yesterday"}), "Line 2: `createdAt`"),
+])
+def test_a_bad_jsonl_line_is_refused_and_nothing_is_written(tenant_a, tmp_path, bad, reason):
+    path = write_jsonl(tmp_path / "bad.jsonl", [{"sessionId": "s", "role": "user", "content": "fine"}, bad])
+    with pytest.raises(CommandError, match=reason):
+        run("import_jsonl", "tenant-a/default", str(path))
+    assert counts(tenant_a)["messages"] == 0
+
+
+# --------------------------------------------------------------------------- Markdown export
+
+
+def test_markdown_export_writes_one_file_per_active_card_with_frontmatter(tenant_a, tenant_b, tmp_path):
+    import yaml
+
+    b = sample_workspace(tenant_a)
+    Builder(tenant_b, default_workspace(tenant_b)).node("租户B", "tenant-b-only")
+    out, _ = run("export_markdown", "tenant-a/default", str(tmp_path / "md"))
+    files = sorted((tmp_path / "md").rglob("*.md"))
+    assert "Wrote 2 Markdown cards" in out and len(files) == 2  # superseded, expired and deleted stay out
+    text = next(f for f in files if "香菜" in f.read_text()).read_text(encoding="utf-8")
+    _, header, body = text.split("---\n", 2)
+    front = yaml.safe_load(header)
+    head = b.nodes[1]
+    assert front["id"] == str(head.id) and front["key"] == "avoid_ingredient:香菜" and front["revision"] == 2
+    assert front["scope"] == "workspace" and front["type"] == "preference" and front["confidence"] == 0.9
+    assert front["tags"] == ["饮食", "cooking"] and front["sourceMessageIds"] == ["m1"]
+    assert front["createdAt"].endswith("Z") and front["categoryPath"] == ["生活技能", "做饭", "饮食偏好"]
+    assert body.strip().splitlines()[0] == f"# {head.title}"
+    assert all("tenant-b-only" not in f.read_text() for f in files)
+    (tmp_path / "md" / "notes.txt").write_text("mine")
+    with pytest.raises(CommandError, match="not empty"):
+        run("export_markdown", "tenant-a/default", str(tmp_path / "md"))
+    out, _ = run("export_markdown", "tenant-a/default", str(tmp_path / "md"), "--force")
+    assert "replaced 2" in out and (tmp_path / "md" / "notes.txt").read_text() == "mine"

@@ -1,0 +1,280 @@
+"""Import a JSONL message history into a workspace's evidence log (seed 004's JSONL → store migration path).
+
+One JSON object per line: `{id?, sessionId, role, content, createdAt?, parentId?, channel?, agentName?,
+userId?, metadata?}` (snake_case names and `timestamp` for `createdAt` are accepted too; `content` may also be
+a list of `{type: "text", text}` parts). The whole file is read and checked before anything is written, then
+written in one tenant-bound transaction. Importing the same file again adds nothing: a line without an `id`
+gets one derived from its session, role, time, content and how many identical lines came before it, so lines
+appended to a file later are the only new rows. A line whose id is already used by a different message is a
+reported conflict, never an overwrite: evidence is append-only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from memory.errors import Invalid, NotFound
+from memory.models import Channel, MemoryMessage, Role
+from memory.text import count_tokens, segment_for_search
+from tenants.context import tenant_context
+from tenants.models import Membership, Tenant, Workspace
+
+__all__ = ["JsonlImportReport", "messages_import_jsonl"]
+
+BATCH = 1000
+MAX_ID = 128
+MAX_SESSION = 200
+EMBED_BATCH = 500
+_ALIASES = {
+    "id": ("id", "messageId", "message_id"),
+    "session": ("sessionId", "session_id", "session"),
+    "role": ("role",),
+    "content": ("content", "text"),
+    "created_at": ("createdAt", "created_at", "timestamp", "time"),
+    "parent_id": ("parentId", "parent_id"),
+    "channel": ("channel",),
+    "agent_name": ("agentName", "agent_name"),
+    "user": ("userId", "user_id", "user"),
+    "metadata": ("metadata",),
+}
+
+
+@dataclass
+class JsonlImportReport:
+    imported: int = 0
+    skipped: int = 0
+    conflicts: list[dict[str, Any]] = field(default_factory=list)
+    sessions: set[str] = field(default_factory=set)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "imported": {"messages": self.imported},
+            "skipped": {"messages": self.skipped},
+            "conflicts": self.conflicts,
+            "sessions": sorted(self.sessions),
+        }
+
+    def summary_line(self) -> str:
+        return (
+            f"imported {self.imported} messages in {len(self.sessions)} session(s); skipped {self.skipped} "
+            f"already present; {len(self.conflicts)} conflicts"
+        )
+
+
+def _field(line: dict[str, Any], name: str) -> Any:
+    for alias in _ALIASES[name]:
+        if alias in line:
+            return line[alias]
+    return None
+
+
+def _fail(number: int, problem: str) -> Invalid:
+    return Invalid(f"Line {number}: {problem}. Fix the line and import again; nothing was imported.")
+
+
+def _text_content(number: int, content: Any) -> str:
+    if isinstance(content, list):
+        parts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") in ("text", None)]
+        if parts and all(isinstance(p, str) for p in parts):
+            content = "\n".join(parts)
+    if not isinstance(content, str) or not content:
+        raise _fail(number, "`content` must be a non-empty string (or a list of text parts)")
+    if "\x00" in content:
+        raise _fail(number, "`content` contains a NUL character")
+    return content
+
+
+def _timestamp(number: int, value: Any) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            # Epoch seconds, or milliseconds (JavaScript's Date.now()).
+            return datetime.fromtimestamp(value / 1000 if value > 10**11 else value, tz=UTC)
+        parsed = datetime.fromisoformat(str(value))
+    except (ValueError, OverflowError, OSError) as exc:
+        raise _fail(number, f"`createdAt` {value!r} is not an ISO-8601 time or epoch seconds") from exc
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+def _optional_text(number: int, name: str, value: Any, max_length: int) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or len(value) > max_length or "\x00" in value:
+        raise _fail(number, f"`{name}` must be a string of at most {max_length} characters")
+    return value
+
+
+@dataclass(frozen=True)
+class _Line:
+    number: int
+    message_id: str
+    session_id: str
+    role: str
+    content: str
+    created_at: datetime | None
+    parent_id: str | None
+    channel: str
+    agent_name: str
+    username: str | None
+    metadata: Any
+
+
+def _read_lines(path: Path, default_session: str | None) -> Iterator[_Line]:
+    """Yield every message of the file, checked; raise Invalid naming the first bad line."""
+    seen: Counter[tuple[str, str, str, str]] = Counter()
+    with path.open("r", encoding="utf-8", errors="strict") as handle:
+        try:
+            for number, raw in enumerate(handle, start=1):
+                if not raw.strip():
+                    continue
+                try:
+                    line = json.loads(raw)
+                except ValueError as exc:
+                    raise _fail(number, f"not valid JSON ({exc})") from exc
+                if not isinstance(line, dict):
+                    raise _fail(number, "expected a JSON object")
+                session = (
+                    _optional_text(number, "sessionId", _field(line, "session"), MAX_SESSION)
+                    or default_session
+                )
+                if session is None:
+                    raise _fail(number, "no `sessionId` (or pass --session for lines without one)")
+                role = _field(line, "role")
+                if role not in Role.values:
+                    raise _fail(number, f"`role` must be one of {', '.join(Role.values)}")
+                content = _text_content(number, _field(line, "content"))
+                created_at = _timestamp(number, _field(line, "created_at"))
+                channel = _field(line, "channel") or Channel.MAIN
+                if channel not in Channel.values:
+                    raise _fail(number, f"`channel` must be one of {', '.join(Channel.values)}")
+                message_id = _optional_text(number, "id", _field(line, "id"), MAX_ID)
+                if message_id is None:
+                    identity = (session, role, created_at.isoformat() if created_at else "", content)
+                    seen[identity] += 1
+                    digest = hashlib.sha256(
+                        json.dumps([*identity, seen[identity]], ensure_ascii=False).encode()
+                    ).hexdigest()
+                    message_id = f"jsonl_{digest[:32]}"
+                metadata = _field(line, "metadata")
+                if metadata is not None and not isinstance(metadata, dict):
+                    raise _fail(number, "`metadata` must be a JSON object")
+                yield _Line(
+                    number=number,
+                    message_id=message_id,
+                    session_id=session,
+                    role=role,
+                    content=content,
+                    created_at=created_at,
+                    parent_id=_optional_text(number, "parentId", _field(line, "parent_id"), MAX_ID),
+                    channel=channel,
+                    agent_name=_optional_text(number, "agentName", _field(line, "agent_name"), 200) or "",
+                    username=_optional_text(number, "userId", _field(line, "user"), 150),
+                    metadata=metadata,
+                )
+        except UnicodeDecodeError as exc:
+            raise Invalid(
+                f"The file is not UTF-8 text ({exc.reason} at byte {exc.start}); nothing was imported."
+            ) from exc
+
+
+def messages_import_jsonl(
+    *,
+    tenant: Tenant,
+    workspace: Workspace,
+    path: str | os.PathLike[str],
+    default_session: str | None = None,
+    progress: Callable[[str, int, int | None], None] | None = None,
+    embed_after_commit: bool = True,
+) -> JsonlImportReport:
+    """Append the messages of a JSONL file to `workspace` (idempotent, one transaction) and report counts."""
+    path = Path(path)
+    report_progress = progress or (lambda stage, done, total: None)
+    lines = list(_read_lines(path, default_session))  # checks every line before the first write
+    report = JsonlImportReport()
+    now = timezone.now()
+    created: list[int] = []
+    with tenant_context(tenant):
+        if not Workspace.objects.filter(tenant=tenant, pk=workspace.pk).exists():
+            raise NotFound("No such workspace in this tenant.")
+        usernames = {line.username for line in lines if line.username}
+        members = dict(
+            Membership.objects.filter(tenant=tenant, user__username__in=usernames).values_list(
+                "user__username", "user_id"
+            )
+        )
+        report_progress("messages", 0, len(lines))
+        for start in range(0, len(lines), BATCH):
+            batch = lines[start : start + BATCH]
+            stored = {
+                message_id: (session_id, role, content)
+                for message_id, session_id, role, content in MemoryMessage.objects.filter(
+                    tenant=tenant, workspace=workspace, message_id__in=[line.message_id for line in batch]
+                ).values_list("message_id", "session_id", "role", "content")
+            }
+            new: list[MemoryMessage] = []
+            for offset, line in enumerate(batch):
+                existing = stored.get(line.message_id)
+                if existing is not None:
+                    if existing == (line.session_id, line.role, line.content):
+                        report.skipped += 1
+                    else:
+                        report.conflicts.append(
+                            {
+                                "line": line.number,
+                                "id": line.message_id,
+                                "reason": "id_taken",
+                                "detail": "a different message already has this id",
+                            }
+                        )
+                    continue
+                stored[line.message_id] = (
+                    line.session_id,
+                    line.role,
+                    line.content,
+                )  # a repeat later in the file
+                report.sessions.add(line.session_id)
+                new.append(
+                    MemoryMessage(
+                        tenant=tenant,
+                        workspace=workspace,
+                        message_id=line.message_id,
+                        session_id=line.session_id,
+                        user_id=members.get(line.username) if line.username else None,
+                        parent_id=line.parent_id,
+                        role=line.role,
+                        content=line.content,
+                        channel=line.channel,
+                        agent_name=line.agent_name,
+                        metadata=line.metadata,
+                        token_count=count_tokens(line.content),
+                        # Lines without a time keep their file order.
+                        created_at=line.created_at or now + timedelta(microseconds=start + offset),
+                        search_text=segment_for_search(line.content),
+                    )
+                )
+            created += [m.pk for m in MemoryMessage.objects.bulk_create(new)]
+            report.imported += len(new)
+            report_progress("messages", len(batch), len(lines))
+        if embed_after_commit and created:
+            tenant_id = tenant.pk
+
+            def queue() -> None:
+                from memory import background, tasks
+
+                for first in range(0, len(created), EMBED_BATCH):
+                    background.enqueue(tasks.embed_messages, tenant_id, created[first : first + EMBED_BATCH])
+
+            transaction.on_commit(queue)
+    return report

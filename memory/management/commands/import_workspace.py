@@ -1,0 +1,83 @@
+"""`manage.py import_workspace <workspace> <file.sqlite>`: import an Ekko local-format file."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from django.core.management.base import BaseCommand, CommandError
+
+from memory.management.commands._workspace import progress_bars, resolve_workspace, stderr_stream
+from memory.sqlite_io import ImportError_, workspace_import_sqlite
+
+SHOWN_CONFLICTS = 20
+
+
+class Command(BaseCommand):
+    help = (
+        "Import an SQLite file in the Ekko local format into a workspace, in one transaction. The file is "
+        "checked before anything is written. Into the workspace it came from, ids are kept (identical rows "
+        "skipped, newer node revisions applied, clashes reported); into another workspace it becomes a copy "
+        "with new ids."
+    )
+
+    def add_arguments(self, parser) -> None:  # noqa: ANN001
+        parser.add_argument("workspace", help="Numeric workspace id or <tenant-slug>/<workspace-slug>.")
+        parser.add_argument("file", help="The .sqlite file to import.")
+        parser.add_argument(
+            "--actor",
+            default="system:import_workspace",
+            help="Actor recorded on the audit events the import writes.",
+        )
+        parser.add_argument(
+            "--no-embed",
+            action="store_true",
+            help="Do not queue embeddings; the periodic sweep (or `reembed`) catches up later.",
+        )
+        parser.add_argument(
+            "--json", dest="as_json", action="store_true", help="Print the full report as JSON instead."
+        )
+        parser.add_argument("--quiet", action="store_true", help="No progress bars.")
+
+    def handle(
+        self,
+        *args,
+        workspace: str,
+        file: str,
+        actor: str,
+        no_embed: bool,
+        as_json: bool,
+        quiet: bool,
+        **options,
+    ) -> None:
+        ws = resolve_workspace(workspace)
+        started = time.perf_counter()
+        try:
+            with progress_bars(stderr_stream(self), disable=quiet) as progress:
+                report = workspace_import_sqlite(
+                    tenant=ws.tenant,
+                    workspace=ws,
+                    path=file,
+                    actor=actor,
+                    progress=progress,
+                    embed_after_commit=not no_embed,
+                )
+        except ImportError_ as exc:
+            raise CommandError(f"Nothing was imported: {exc.detail}") from exc
+        if as_json:
+            self.stdout.write(json.dumps(report.as_json(), ensure_ascii=False, indent=2))
+            return
+        for conflict in report.conflicts[:SHOWN_CONFLICTS]:
+            self.stderr.write(
+                f"conflict: {conflict['table']} {conflict['id']}: {conflict['reason']} ({conflict['detail']})"
+            )
+        if report.conflict_count > SHOWN_CONFLICTS:
+            self.stderr.write(
+                f"... and {report.conflict_count - SHOWN_CONFLICTS} more (use --json for all listed)"
+            )
+        for warning in report.warnings:
+            self.stderr.write(f"warning: {warning}")
+        self.stdout.write(
+            f"Imported into {ws.tenant.slug}/{ws.slug} (workspace {ws.pk}): {report.summary_line()} "
+            f"in {time.perf_counter() - started:.1f} s"
+        )
