@@ -119,6 +119,7 @@ def seed(language: str) -> dict[str, object]:
     tenant, owner = setup.tenant, setup.owner
     viewer = _viewer(tenant, owner, "dinner-1")
     zh = language == "zh"
+    asked = "用户要求记住" if zh else "the user asked to remember it"
     said = _conversation(
         viewer,
         "dinner-1",
@@ -131,6 +132,7 @@ def seed(language: str) -> dict[str, object]:
     first = _create(
         viewer,
         said[:1],
+        reason=asked,
         kind="food_avoidance",
         item_key="香菜",
         value_json="香菜",
@@ -161,6 +163,7 @@ def seed(language: str) -> dict[str, object]:
     _create(
         viewer,
         said[2:3],
+        reason=asked,
         kind="food_avoidance",
         item_key="芹菜",
         value_json="芹菜",
@@ -171,6 +174,7 @@ def seed(language: str) -> dict[str, object]:
     _create(
         viewer,
         said[:1],
+        reason=asked,
         kind="flavor_profile",
         value_json={"spicy": "low"},
         title="口味偏清淡" if zh else "Prefers mild food",
@@ -179,6 +183,7 @@ def seed(language: str) -> dict[str, object]:
     _create(
         viewer,
         [],
+        reason=asked,
         kind="language_preference",
         value_json="zh-CN" if zh else "en",
         title="用中文交流" if zh else "Talk in English",
@@ -189,6 +194,7 @@ def seed(language: str) -> dict[str, object]:
     _create(
         project_viewer,
         [],
+        reason=asked,
         kind="hard_constraint",
         item_key="budget",
         value_json="预算 5 万" if zh else "budget 50k",
@@ -199,6 +205,7 @@ def seed(language: str) -> dict[str, object]:
     _create(
         viewer,
         said[1:2],
+        reason=asked,
         kind="task",
         item_key="shopping",
         value_json={"status": "open"},
@@ -257,6 +264,8 @@ STORIES = {
         "forget_it": "确认忘记",
         "irreversible": "不可逆",
         "forgotten_status": "已忘记",
+        "key_name": "名称",
+        "create_key": "创建密钥",
         "mode": "忘记（可以恢复）",
     },
     "en": {
@@ -279,6 +288,8 @@ STORIES = {
         "forget_it": "Forget it",
         "irreversible": "irreversible",
         "forgotten_status": "Forgotten",
+        "key_name": "Name",
+        "create_key": "Create key",
         "mode": "Erase permanently",
     },
 }
@@ -410,7 +421,8 @@ def test_write_screenshots(browser, live_server, transactional_db, language):
         page.goto(live_server.url + "/memories/")
         shot("memories")
         page.get_by_role("searchbox", name=words["search"]).press_sequentially(words["query"], delay=40)
-        expect(page.locator("#listing .card-title")).to_have_count(1)
+        expect(page).to_have_url(re.compile(r"[?&]q="))
+        expect(page.locator("#listing .card-title").first).to_have_text(words["card"])
         shot("search")
         page.locator("#listing .card-title").first.click()
         expect(page.get_by_role("heading", name=words["why"])).to_be_visible()
@@ -425,9 +437,40 @@ def test_write_screenshots(browser, live_server, transactional_db, language):
         page.goto(live_server.url + "/sessions/dinner-1/")
         shot("session")
         page.goto(live_server.url + "/keys/")
+        page.get_by_label(words["key_name"], exact=True).fill("recipe-bot")
+        page.get_by_role("button", name=words["create_key"]).click()
+        expect(page.locator("#issued-key")).to_be_visible()
         shot("api-keys")
         page.set_viewport_size({"width": 390, "height": 844})
         page.goto(live_server.url + "/memories/")
         shot("mobile", full_page=False)
+    finally:
+        context.close()
+
+
+def test_category_tree_filters_without_losing_the_search_text(browser, live_server, transactional_db):
+    data = seed("en")
+    context = browser.new_context(locale="en-US")
+    page = context.new_page()
+    try:
+        _sign_in(
+            page,
+            live_server.url,
+            str(data["owner"]),
+            user_label="Username",
+            password_label="Password",
+            submit="Sign in",
+        )
+        page.goto(live_server.url + "/memories/")
+        cards = page.locator("#listing .card-title")
+        expect(cards).to_have_count(5)
+        page.get_by_role("group", name="Categories").get_by_label("饮食偏好").check()
+        expect(cards).to_have_count(3)  # coriander, celery, mild food
+        expect(page).to_have_url(re.compile(r"category="))
+        page.get_by_role("searchbox", name="Search").press_sequentially("celery", delay=40)
+        expect(page).to_have_url(re.compile(r"q=celery.*category=|category=.*q=celery"))
+        expect(cards.first).to_have_text("No celery")
+        page.get_by_role("group", name="Categories").get_by_label("All categories").check()
+        expect(page).not_to_have_url(re.compile(r"category=%E"))
     finally:
         context.close()

@@ -15,8 +15,8 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from django.contrib.postgres.search import SearchQuery, SearchRank
-from django.db.models import Count, F, Max, Min, Q, QuerySet
+from django.contrib.postgres.search import SearchQuery
+from django.db.models import Count, Max, Min, Q, QuerySet, Window
 
 from memory.models import MemoryAuditEvent, MemoryMessage, MemoryNode, MemorySummary, NodeStatus
 from memory.pages import labels
@@ -90,6 +90,7 @@ class NodePage:
     total: int
     page_size: int = PAGE_SIZE
     searched: bool = False
+    capped: bool = False  # more matches exist than were collected
 
     @property
     def pages(self) -> int:
@@ -121,23 +122,38 @@ def node_page(viewer: Viewer, filters: NodeFilters, *, page: int) -> NodePage:
     nodes = filtered_nodes(viewer, filters).select_related("user")
     text = filters.q.strip()
     if text and not is_list_all_query(text):
-        ranked = _search_ids(viewer, filters, nodes, text)
+        ranked, capped = _search_ids(viewer, filters, nodes, text)
         number = _clamp_page(page, len(ranked))
         wanted = ranked[(number - 1) * PAGE_SIZE : number * PAGE_SIZE]
         rows = {node.pk: node for node in nodes.filter(pk__in=wanted)}
         return NodePage(
-            nodes=[rows[pk] for pk in wanted if pk in rows], number=number, total=len(ranked), searched=True
+            nodes=[rows[pk] for pk in wanted if pk in rows],
+            number=number,
+            total=len(ranked),
+            searched=True,
+            capped=capped,
         )
-    total = nodes.count()
-    number = _clamp_page(page, total)
+    number = max(1, page)
     start = (number - 1) * PAGE_SIZE
-    rows = list(nodes.order_by("-updated_at", "-id")[start : start + PAGE_SIZE])
-    return NodePage(nodes=rows, number=number, total=total)
+    # One scan for the page and the total: the window count is computed before LIMIT.
+    rows = list(
+        nodes.annotate(total=Window(Count("pk"))).order_by("-updated_at", "-id")[start : start + PAGE_SIZE]
+    )
+    if rows:
+        return NodePage(nodes=rows, number=number, total=rows[0].total)
+    total = nodes.count()
+    if number > 1 and total:
+        return node_page(viewer, filters, page=_clamp_page(page, total))
+    return NodePage(nodes=[], number=1, total=total)
 
 
-def _search_ids(viewer: Viewer, filters: NodeFilters, nodes: QuerySet[MemoryNode], text: str) -> list[UUID]:
-    """Return the matching ids, best first: retrieval's hybrid ranking, then every other keyword match."""
+def _search_ids(
+    viewer: Viewer, filters: NodeFilters, nodes: QuerySet[MemoryNode], text: str
+) -> tuple[list[UUID], bool]:
+    """Return the matching ids, best first (retrieval's hybrid ranking, then other keyword matches),
+    and whether the keyword matches were cut at KEYWORD_MATCH_CAP."""
     ranked: list[UUID] = []
+    capped = False
     if filters.status in (NodeStatus.ACTIVE, NodeStatus.EXPIRED, STATUS_ANY):
         query = MemoryQuery(
             query_text=text,
@@ -164,16 +180,15 @@ def _search_ids(viewer: Viewer, filters: NodeFilters, nodes: QuerySet[MemoryNode
     terms = query_terms(text)
     if terms:
         tsquery = SearchQuery(tsquery_text(terms), search_type="raw", config="simple")
-        matches = (
-            nodes.filter(search_vector=tsquery)
-            .order_by(
-                SearchRank(F("search_vector"), tsquery, cover_density=True).desc(), "-updated_at", "-id"
-            )
-            .values_list("pk", flat=True)[:KEYWORD_MATCH_CAP]
+        # Every other keyword match, unranked and capped: the best ones already lead from the hybrid
+        # ranking above, and ranking or sorting all matches of a common word would read every one.
+        matches = list(
+            nodes.filter(search_vector=tsquery).order_by().values_list("pk", flat=True)[:KEYWORD_MATCH_CAP]
         )
+        capped = len(matches) == KEYWORD_MATCH_CAP
         seen = set(ranked)
         ranked += [pk for pk in matches if pk not in seen]
-    return ranked
+    return ranked, capped
 
 
 # --------------------------------------------------------------------------- facets
@@ -192,11 +207,10 @@ class Facets:
     categories: list[CategoryEntry] = field(default_factory=list)
     domains: list[tuple[str, int]] = field(default_factory=list)
     kinds: list[tuple[str, int]] = field(default_factory=list)
-    tags: list[tuple[str, int]] = field(default_factory=list)
 
 
 def facets(viewer: Viewer, status: str) -> Facets:
-    """Return the category tree, domains, kinds and frequent tags of the listed nodes (two queries)."""
+    """Return the category tree, domains and kinds of the listed nodes, with counts (one GROUP BY)."""
     nodes = page_nodes(viewer).filter(_status_q(status))
     rows = nodes.order_by().values("domain", "category_path_text", "kind").annotate(n=Count("pk"))
     paths: Counter[str] = Counter()
@@ -212,15 +226,12 @@ def facets(viewer: Viewer, status: str) -> Facets:
         CategoryEntry(path=path, label=path.rsplit("/", 1)[-1], depth=path.count("/"), count=n)
         for path, n in sorted(paths.items())
     ]
-    tags: Counter[str] = Counter()
-    # Tags of the most recent cards only: enough to suggest filters without reading every row.
-    for row_tags in nodes.exclude(tags=[]).order_by("-updated_at").values_list("tags", flat=True)[:500]:
-        tags.update(row_tags)
+    roots = {entry.path for entry in categories if entry.depth == 0}
     return Facets(
         categories=categories,
-        domains=sorted(domains.items()),
+        # Domains usually are the category roots; list them only when they add something.
+        domains=sorted(domains.items()) if set(domains) - roots else [],
         kinds=sorted(kinds.items()),
-        tags=tags.most_common(20),
     )
 
 
@@ -258,15 +269,27 @@ def dashboard(viewer: Viewer, *, recent_limit: int = 12) -> Dashboard:
     )
 
 
+RECENT_SCAN_BATCH = 100
+RECENT_SCAN_BATCHES = 5
+
+
 def recent_changes(viewer: Viewer, *, limit: int) -> list[dict[str, Any]]:
-    """Return the latest audit events of listed nodes, each with its node's title when it still exists."""
+    """Return the latest audit events of listed nodes, each with its node's title when it still exists.
+
+    Events are read newest first through the (tenant, created_at) index in small batches and kept
+    when their node is listed for the viewer, so the cost does not grow with the tenant's history.
+    """
     nodes = page_nodes(viewer)
-    events = list(
-        MemoryAuditEvent.objects.filter(tenant=viewer.tenant, node_id__in=nodes.values("pk")).order_by(
-            "-created_at", "-id"
-        )[:limit]
-    )
-    titles = dict(nodes.filter(pk__in=[e.node_id for e in events]).values_list("pk", "title"))
+    events = MemoryAuditEvent.objects.filter(tenant=viewer.tenant).order_by("-created_at", "-id")
+    kept: list[MemoryAuditEvent] = []
+    titles: dict[UUID, str] = {}
+    for batch in range(RECENT_SCAN_BATCHES):
+        chunk = list(events[batch * RECENT_SCAN_BATCH : (batch + 1) * RECENT_SCAN_BATCH])
+        node_ids = {event.node_id for event in chunk if event.node_id is not None}
+        titles.update(nodes.filter(pk__in=node_ids).values_list("pk", "title"))
+        kept += [event for event in chunk if event.node_id in titles]
+        if len(kept) >= limit or len(chunk) < RECENT_SCAN_BATCH:
+            break
     return [
         {
             "event": event,
@@ -274,7 +297,7 @@ def recent_changes(viewer: Viewer, *, limit: int) -> list[dict[str, Any]]:
             "actor": labels.actor_label(event.actor),
             "title": titles.get(event.node_id),
         }
-        for event in events
+        for event in kept[:limit]
     ]
 
 
@@ -408,7 +431,10 @@ def session_detail(viewer: Viewer, session_id: str) -> SessionDetail | None:
         .order_by("-created_at", "-id")[:SESSION_MESSAGE_LIMIT]
     )
     nodes = list(
-        page_nodes(viewer).filter(scope=Scope.SESSION, session_id=session_id).order_by("-updated_at")[:100]
+        page_nodes(viewer)
+        .filter(scope=Scope.SESSION, session_id=session_id)
+        .select_related("user")
+        .order_by("-updated_at")[:100]
     )
     return SessionDetail(
         session_id=session_id,

@@ -164,13 +164,12 @@ def memory_list(request: HttpRequest, access: PageAccess) -> HttpResponse:
         "filters": filters,
         "listing": listing,
         "cards": [_card(access, node) for node in listing.nodes],
-        "facets": pages.facets(access.viewer, filters.status),
         "select_all": request.GET.get("select") == "all",
-        "any_changeable": access.can_write,
     }
     if wants_fragment(request):
-        fragment = "browser" if request.htmx.target == "memory-browser" else "listing"
-        return render(request, f"pages/memory_list.html#{fragment}", context)
+        # Typing, filtering and paging swap the results only; the facets do not depend on them.
+        return render(request, "pages/memory_list.html#listing", context)
+    context["facets"] = pages.facets(access.viewer, filters.status)
     return render(request, "pages/memory_list.html", context)
 
 
