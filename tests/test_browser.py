@@ -16,20 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.contrib.auth import get_user_model
 
-# Playwright's sync API keeps an asyncio event loop running in this thread, and Django refuses ORM
-# calls from a thread with a running loop (SynchronousOnlyOperation). The tests seed and check data
-# through the ORM between browser steps, strictly one after the other, so the guard is lifted here.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
-from django.contrib.auth import get_user_model  # noqa: E402
-
-from memory.models import MemoryNode  # noqa: E402
-from memory.services import message_append_batch, node_write_batch, summary_append  # noqa: E402
-from memory.visibility import Viewer  # noqa: E402
-from tenants.context import tenant_context  # noqa: E402
-from tenants.models import Role, Tenant, Workspace  # noqa: E402
-from tenants.services import api_key_create, membership_set, tenant_create, workspace_create  # noqa: E402
+from memory.models import MemoryNode
+from memory.services import message_append_batch, node_write_batch, summary_append
+from memory.visibility import Viewer
+from tenants.context import tenant_context
+from tenants.models import Role, Tenant, Workspace
+from tenants.services import api_key_create, membership_set, tenant_create, workspace_create
 
 pytestmark = pytest.mark.browser
 
@@ -57,10 +51,22 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+    # Playwright's sync API keeps an asyncio event loop running in this thread, and Django refuses ORM
+    # calls from a thread with a running loop (SynchronousOnlyOperation). These tests seed and check
+    # data through the ORM between browser steps, strictly one after the other, so the guard is
+    # lifted while this module's browser runs, and restored afterwards for the rest of the suite.
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            yield chromium
+            chromium.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
 @pytest.fixture(autouse=True)
