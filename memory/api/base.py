@@ -47,52 +47,57 @@ class MemoryApiView(APIView):
         if connection.in_atomic_block:
             bind_tenant(principal.tenant)
 
-    # --- request scoping --------------------------------------------------------------------------
-
-    def workspace(self, ref: str | int | None) -> Workspace:
-        principal = self.principal
-        pinned = principal.pinned_workspace_id
-        if ref in (None, "") and pinned is not None:
-            ref = pinned
-        try:
-            workspace = workspace_resolve(tenant=principal.tenant, ref=ref)
-        except TenantObjectNotFound as exc:
-            raise NotFound(str(exc)) from exc
-        if pinned is not None and workspace.pk != pinned:
-            raise Forbidden("This API key is pinned to another workspace.")
-        return workspace
-
-    def member(self, username: str | None) -> AbstractBaseUser | None:
-        principal = self.principal
-        if not username:
-            return principal.user
-        if principal.user is not None and not principal.is_admin and username != principal.user.get_username():
-            raise Forbidden("You may only act for yourself.")
-        try:
-            return member_resolve(tenant=principal.tenant, username=username)
-        except TenantObjectNotFound as exc:
-            raise NotFound(str(exc)) from exc
-
     def viewer(self, *, workspace_ref: str | int | None = None, session_id: str | None = None,
                user_ref: str | None = None) -> Viewer:
         """Return the Viewer for the workspace, session and user a request names."""
-        principal = self.principal
-        workspace = self.workspace(workspace_ref)
-        user = self.member(user_ref)
-        member_workspaces: frozenset[int] = frozenset()
-        if principal.restrict_to_person and principal.user is not None:
-            with tenant_context(principal.tenant):
-                joined = WorkspaceMember.objects.filter(tenant=principal.tenant, user=principal.user)
-                member_workspaces = frozenset(joined.values_list("workspace_id", flat=True)) | {
-                    workspace_resolve(tenant=principal.tenant, ref=None).pk}
-        return Viewer(
-            tenant=principal.tenant, workspace=workspace, session_id=session_id or None, user=user,
-            write_scopes=principal.write_scopes, read_only=principal.read_only, actor=principal.actor,
-            pinned_workspace_id=principal.pinned_workspace_id, restrict_to_person=principal.restrict_to_person,
-            member_workspace_ids=member_workspaces,
-        )
+        return viewer_for_principal(self.principal, workspace_ref=workspace_ref, session_id=session_id,
+                                    user_ref=user_ref)
 
     def nodes_json(self, nodes: list[MemoryNode]) -> list[dict]:
         """Render cards with their successor ids in one extra query."""
         successors = superseded_by_ids(tenant=self.principal.tenant, node_ids=[n.pk for n in nodes])
         return [node_to_api(node, superseded_by_id=successors.get(node.pk)) for node in nodes]
+
+
+def _workspace(principal: Principal, ref: str | int | None) -> Workspace:
+    pinned = principal.pinned_workspace_id
+    if ref in (None, "") and pinned is not None:
+        ref = pinned
+    try:
+        workspace = workspace_resolve(tenant=principal.tenant, ref=ref)
+    except TenantObjectNotFound as exc:
+        raise NotFound(str(exc)) from exc
+    if pinned is not None and workspace.pk != pinned:
+        raise Forbidden("This API key is pinned to another workspace.")
+    return workspace
+
+
+def _member(principal: Principal, username: str | None) -> AbstractBaseUser | None:
+    if not username:
+        return principal.user
+    if principal.user is not None and not principal.is_admin and username != principal.user.get_username():
+        raise Forbidden("You may only act for yourself.")
+    try:
+        return member_resolve(tenant=principal.tenant, username=username)
+    except TenantObjectNotFound as exc:
+        raise NotFound(str(exc)) from exc
+
+
+def viewer_for_principal(principal: Principal, *, workspace_ref: str | int | None = None,
+                         session_id: str | None = None, user_ref: str | None = None) -> Viewer:
+    """Return the Viewer of `principal` for a workspace, session and user (the API's and the pages' rule)."""
+    workspace = _workspace(principal, workspace_ref)
+    user = _member(principal, user_ref)
+    member_workspaces: frozenset[int] = frozenset()
+    if principal.restrict_to_person and principal.user is not None:
+        with tenant_context(principal.tenant):
+            joined = WorkspaceMember.objects.filter(tenant=principal.tenant, user=principal.user)
+            # Everyone in the tenant belongs to its default workspace.
+            member_workspaces = frozenset(joined.values_list("workspace_id", flat=True)) | {
+                workspace_resolve(tenant=principal.tenant, ref=None).pk}
+    return Viewer(
+        tenant=principal.tenant, workspace=workspace, session_id=session_id or None, user=user,
+        write_scopes=principal.write_scopes, read_only=principal.read_only, actor=principal.actor,
+        pinned_workspace_id=principal.pinned_workspace_id, restrict_to_person=principal.restrict_to_person,
+        member_workspace_ids=member_workspaces,
+    )

@@ -18,7 +18,7 @@ from django.shortcuts import render
 from django.utils.cache import patch_vary_headers
 
 from memory.api.auth import Principal, memberships_of, principal_for_user
-from memory.api.base import MemoryApiView
+from memory.api.base import viewer_for_principal
 from memory.errors import Forbidden, NotFound
 from memory.models import MemoryNode
 from memory.pages import labels
@@ -67,14 +67,6 @@ class PageAccess:
         return self.can_write and node.scope in self.principal.write_scopes
 
 
-def _viewer_for(principal: Principal, workspace_ref: int | None) -> Viewer:
-    # MemoryApiView.viewer is the one place that turns a principal into a viewer (member workspaces
-    # included); the pages call it rather than keep a second copy of that rule.
-    api_view = MemoryApiView()
-    api_view.principal = principal
-    return api_view.viewer(workspace_ref=workspace_ref)
-
-
 def page_access(request: HttpRequest) -> PageAccess | None:
     """Return the caller's access for this request, or None when they belong to no tenant."""
     principal = principal_for_user(request.user, request.session)
@@ -85,11 +77,11 @@ def page_access(request: HttpRequest) -> PageAccess | None:
         workspaces = list(Workspace.objects.filter(tenant=principal.tenant).order_by("created_at", "id"))
     wanted = request.session.get(SESSION_WORKSPACE_KEY)
     known = {w.pk for w in workspaces}
-    viewer = _viewer_for(principal, wanted if wanted in known else None)
+    viewer = viewer_for_principal(principal, workspace_ref=wanted if wanted in known else None)
     if principal.restrict_to_person:
         workspaces = [w for w in workspaces if w.pk in viewer.member_workspace_ids]
         if viewer.workspace.pk not in viewer.member_workspace_ids:
-            viewer = _viewer_for(principal, None)
+            viewer = viewer_for_principal(principal, workspace_ref=None)
     # Admins see the whole tenant (memory.visibility); search follows the same rule.
     viewer = dataclasses.replace(viewer, whole_tenant=principal.is_admin)
     return PageAccess(principal=principal, viewer=viewer, memberships=memberships, workspaces=workspaces)
