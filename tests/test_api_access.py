@@ -60,6 +60,8 @@ def _crossing_requests(node_b: dict, ws_b: int) -> dict[str, list[tuple[str, str
         "api-context": [("POST", "context", {"sessionId": "s", "workspaceId": ws_b, "queryText": "吃什么"})],
         "api-summaries": [("POST", "summaries", {"sessionId": "s", "workspaceId": ws_b, "fromMessageId": "m1",
                                                  "toMessageId": "m1", "summary": "x"})],
+        "api-workspace-export": [("GET", f"workspaces/{ws_b}/export.sqlite", {})],
+        "api-workspace-import": [("POST", f"workspaces/{ws_b}/import", {})],
         "api-summaries-latest": [("GET", "summaries/latest", {"sessionId": "s", "workspaceId": ws_b})],
         "api-extract": [("POST", "extract", {"sessionId": "s", "workspaceId": ws_b}),
                         ("POST", "extract", {"sessionId": "s", "userId": "bob"})],

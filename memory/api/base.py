@@ -32,10 +32,14 @@ class MemoryApiView(APIView):
     throttle_classes = [KeyRateThrottle]
     principal: Principal
 
+    @property
+    def max_body_bytes(self) -> int:
+        return settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+
     def initial(self, request: Request, *args, **kwargs) -> None:
         length = request.META.get("CONTENT_LENGTH") or "0"
-        if length.isdigit() and int(length) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
-            raise TooLarge(f"The request body is over the {settings.DATA_UPLOAD_MAX_MEMORY_SIZE}-byte limit.")
+        if length.isdigit() and int(length) > self.max_body_bytes:
+            raise TooLarge(f"The request body is over the {self.max_body_bytes}-byte limit.")
         super().initial(request, *args, **kwargs)
         if isinstance(request.auth, ApiKey):
             principal = principal_for_api_key(request.auth)

@@ -1,9 +1,12 @@
 from django.urls import path
 
-from memory.api import extract, views
+from memory.api import extract, transfer, views
 
 urlpatterns = [
     path("workspaces", views.WorkspacesApi.as_view(), name="api-workspaces"),
+    path("workspaces/<str:workspace_id>/export.sqlite", transfer.WorkspaceExportApi.as_view(),
+         name="api-workspace-export"),
+    path("workspaces/<str:workspace_id>/import", transfer.WorkspaceImportApi.as_view(), name="api-workspace-import"),
     path("messages", views.MessagesApi.as_view(), name="api-messages"),
     path("messages/search", views.MessageSearchApi.as_view(), name="api-messages-search"),
     path("memory/search", views.MemorySearchApi.as_view(), name="api-memory-search"),
