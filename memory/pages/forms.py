@@ -241,3 +241,11 @@ class ApiKeyForm(forms.Form):
 class SwitchForm(forms.Form):
     target = forms.IntegerField()
     next = forms.CharField(required=False, max_length=2000)
+
+
+class WorkspaceImportForm(forms.Form):
+    """The upload of the workspace page; the template renders the `<input type="file">` itself."""
+
+    file = forms.FileField(
+        label=_("SQLite file"), error_messages={"required": _("Choose the file to import.")}
+    )

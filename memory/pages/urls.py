@@ -18,6 +18,9 @@ urlpatterns = [
     path("memories/<uuid:node_id>/restore/", views.memory_restore, name="memory-restore"),
     path("sessions/", views.session_list, name="session-list"),
     path("sessions/<path:session_id>/", views.session_detail, name="session-detail"),
+    path("workspace/", views.workspace_view, name="workspace"),
+    path("workspace/export.sqlite", views.workspace_export, name="workspace-export"),
+    path("workspace/import/", views.workspace_import, name="workspace-import"),
     path("keys/", views.api_keys, name="apikey-list"),
     path("keys/<int:key_id>/revoke/", views.api_key_revoke_view, name="apikey-revoke"),
 ]

@@ -9,15 +9,20 @@ browser through `HX-Trigger` events (`memoriesChanged`), never inline scripts.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login as auth_login
 from django.contrib.auth import logout as auth_logout
 from django.contrib.auth.forms import AuthenticationForm
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.db.models import Count
+from django.http import FileResponse, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
+from django.template.defaultfilters import filesizeformat
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
@@ -28,11 +33,12 @@ from django_htmx.http import HttpResponseClientRedirect, reswap, retarget, trigg
 from memory import selectors as memory_selectors
 from memory.api.auth import SESSION_TENANT_KEY
 from memory.errors import MemoryServiceError, NotFound, RevisionConflict
-from memory.models import MemoryNode, NodeStatus
+from memory.models import MemoryMessage, MemoryNode, MemorySummary, NodeStatus
 from memory.pages import forms, labels
 from memory.pages import selectors as pages
 from memory.pages.access import SESSION_WORKSPACE_KEY, PageAccess, tenant_page, wants_fragment
 from memory.services import ForgetRequest, node_forget, node_restore, node_write_batch
+from memory.sqlite_io import ImportError_, ImportReport, workspace_export_sqlite, workspace_import_sqlite
 from tenants.models import ApiKey
 from tenants.services import ApiKeyError, api_key_create, api_key_revoke
 
@@ -523,3 +529,123 @@ def api_key_revoke_view(request: HttpRequest, access: PageAccess, key_id: int) -
         )
     messages.success(request, notice)
     return redirect("apikey-list")
+
+
+# --------------------------------------------------------------------------- workspace export / import
+
+
+def _workspace_counts(access: PageAccess) -> dict[str, Any]:
+    """Return what the export file of the current workspace holds: one GROUP BY and two counts."""
+    tenant, workspace = access.tenant, access.workspace
+    by_status = dict(
+        MemoryNode.objects.filter(tenant=tenant, workspace=workspace)
+        .order_by()
+        .values_list("status")
+        .annotate(n=Count("pk"))
+    )
+    return {
+        "by_status": [(key, str(label), by_status.get(key, 0)) for key, label in labels.STATUSES.items()],
+        "memories": sum(by_status.values()),
+        "messages": MemoryMessage.objects.filter(tenant=tenant, workspace=workspace).count(),
+        "summaries": MemorySummary.objects.filter(tenant=tenant, workspace=workspace).count(),
+    }
+
+
+def _report_rows(report: ImportReport) -> list[dict[str, Any]]:
+    tables = [
+        ("nodes", _("Memories")),
+        ("messages", _("Messages")),
+        ("summaries", _("Summaries")),
+        ("audit_events", _("Audit events")),
+    ]
+    return [
+        {
+            "label": label,
+            "imported": getattr(report.imported, field),
+            "updated": getattr(report.updated, field),
+            "skipped": getattr(report.skipped, field),
+        }
+        for field, label in tables
+    ]
+
+
+def _workspace_context(access: PageAccess, **extra: Any) -> dict[str, Any]:
+    return {"access": access, "counts": _workspace_counts(access), **extra}
+
+
+@require_GET
+@tenant_page
+def workspace_view(request: HttpRequest, access: PageAccess) -> HttpResponse:
+    context = _workspace_context(access)
+    if wants_fragment(request):
+        return render(request, "pages/workspace.html#workspace", context)
+    return render(request, "pages/workspace.html", context)
+
+
+@require_GET
+@tenant_page
+def workspace_export(request: HttpRequest, access: PageAccess) -> FileResponse:
+    """Download the current workspace as an Ekko local-format SQLite file (any member may)."""
+    descriptor, path = tempfile.mkstemp(prefix="ekko-export-", suffix=".sqlite")
+    os.close(descriptor)
+    try:
+        workspace_export_sqlite(tenant=access.tenant, workspace=access.workspace, path=path)
+        handle = open(path, "rb")  # noqa: SIM115 - FileResponse closes it
+    finally:
+        os.unlink(path)  # the open handle keeps the data until the response is sent
+    filename = f"{access.tenant.slug}-{access.workspace.slug}.sqlite"
+    response = FileResponse(
+        handle, as_attachment=True, filename=filename, content_type="application/vnd.sqlite3"
+    )
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@require_POST
+@tenant_page
+def workspace_import(request: HttpRequest, access: PageAccess) -> HttpResponse:
+    """Import an uploaded SQLite file into the current workspace (tenant owners and admins only)."""
+    if not access.is_admin:
+        return render(request, "pages/forbidden.html", {"access": access}, status=403)
+    fragment = wants_fragment(request)
+    template = "pages/workspace.html#workspace" if fragment else "pages/workspace.html"
+    form = forms.WorkspaceImportForm(request.POST, request.FILES)
+    if not form.is_valid():
+        return render(request, template, _workspace_context(access, form=form), status=400)
+    upload = form.cleaned_data["file"]
+    if upload.size > settings.EKKO_MAX_IMPORT_BYTES:
+        form.add_error(
+            "file",
+            _("The file is larger than the import limit of %(limit)s.")
+            % {"limit": filesizeformat(settings.EKKO_MAX_IMPORT_BYTES)},
+        )
+        return render(request, template, _workspace_context(access, form=form), status=400)
+    try:
+        with tempfile.NamedTemporaryFile(prefix="ekko-import-", suffix=".sqlite") as copy:
+            for chunk in upload.chunks():
+                copy.write(chunk)
+            copy.flush()
+            report = workspace_import_sqlite(
+                tenant=access.tenant, workspace=access.workspace, path=copy.name, actor=access.principal.actor
+            )
+    except ImportError_ as exc:
+        context = _workspace_context(
+            access,
+            form=form,
+            import_error=_("This file cannot be imported; nothing was written."),
+            import_error_detail=exc.detail,
+        )
+        return render(request, template, context, status=400)
+    context = _workspace_context(
+        access,
+        report=report,
+        report_rows=_report_rows(report),
+        report_mode=(
+            _("Same workspace: ids kept, newer revisions applied.")
+            if report.mode == "same_workspace"
+            else _("Copy: the file came from another workspace, so its rows were copied here.")
+        ),
+        uploaded_name=upload.name,
+    )
+    response = render(request, template, context)
+    return _changed(response) if fragment else response
