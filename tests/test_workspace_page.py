@@ -75,9 +75,10 @@ def test_page_shows_the_workspace_and_its_counts_to_a_member(team):
     assert f"<code>{default_workspace(team['tenant']).slug}</code>" in html
     assert _count(html, "active") == 2 and _count(html, "deleted") == 0
     assert re.search(r'stat-number">2</span> <span class="stat-label">Messages', html)
-    assert 'href="/workspace/export.sqlite"' in html
-    # Members may export but not import: no form, no file input.
+    # An export holds everyone's memories of the workspace, so members get neither export nor import.
+    assert 'href="/workspace/export.sqlite"' not in html
     assert 'type="file"' not in html and "/workspace/import/" not in html
+    assert 'href="/workspace/export.sqlite"' in signed_in("alice").get("/workspace/").content.decode()
 
 
 def test_page_fragment_for_htmx(team):
@@ -86,7 +87,7 @@ def test_page_fragment_for_htmx(team):
 
 
 def test_export_is_an_sqlite_file_with_the_workspace_node(team, tmp_path):
-    response = signed_in("mia").get("/workspace/export.sqlite")
+    response = signed_in("alice").get("/workspace/export.sqlite")
     assert response.status_code == 200
     assert response["Content-Disposition"] == 'attachment; filename="tenant-a-default.sqlite"'
     path = tmp_path / "export.sqlite"
@@ -147,12 +148,12 @@ def test_import_without_a_file_is_explained(team):
 
 
 @pytest.mark.parametrize("name", ["mia", "vera"])
-def test_members_and_viewers_cannot_import(team, name):
+def test_members_and_viewers_cannot_export_or_import(team, name):
     data = _export(signed_in("alice"))
     before = _node_count(team["tenant"])
     client = signed_in(name)
     laptop = workspace_create(tenant=team["tenant"], name="Laptop")
-    assert client.get("/workspace/export.sqlite").status_code == 200
+    assert client.get("/workspace/export.sqlite").status_code == 403
     assert client.post("/workspace/import/", _upload(data)).status_code == 403
     assert client.post("/workspace/import/", _upload(data), **HTMX).status_code == 403
     assert _node_count(team["tenant"]) == before and _node_count(team["tenant"], workspace=laptop) == 0

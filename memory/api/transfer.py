@@ -17,6 +17,7 @@ from memory.api.base import MemoryApiView
 from memory.api.views import ERRORS
 from memory.errors import Forbidden, Invalid
 from memory.sqlite_io import workspace_export_sqlite, workspace_import_sqlite
+from tenants.models import Tenant, Workspace
 
 
 class ImportUploadSerializer(serializers.Serializer):
@@ -47,15 +48,22 @@ class WorkspaceExportApi(MemoryApiView):
         **ERRORS})
     def get(self, request: Request, workspace_id: str) -> FileResponse:
         viewer = self.viewer(workspace_ref=workspace_id)
-        descriptor, path = tempfile.mkstemp(prefix="ekko-export-", suffix=".sqlite")
-        os.close(descriptor)
-        try:
-            workspace_export_sqlite(tenant=viewer.tenant, workspace=viewer.workspace, path=path)
-            handle = open(path, "rb")  # noqa: SIM115 - FileResponse closes it
-        finally:
-            os.unlink(path)  # the open handle keeps the data until the response is sent
-        filename = f"{viewer.tenant.slug}-{viewer.workspace.slug}.sqlite"
-        return FileResponse(handle, as_attachment=True, filename=filename, content_type="application/vnd.sqlite3")
+        return sqlite_download(viewer.tenant, viewer.workspace)
+
+
+def sqlite_download(tenant: Tenant, workspace: Workspace) -> FileResponse:
+    """Export `workspace` to a temporary file and stream it as an attachment (the API's and the pages')."""
+    descriptor, path = tempfile.mkstemp(prefix="ekko-export-", suffix=".sqlite")
+    os.close(descriptor)
+    try:
+        workspace_export_sqlite(tenant=tenant, workspace=workspace, path=path)
+        handle = open(path, "rb")  # noqa: SIM115 - FileResponse closes it
+    finally:
+        os.unlink(path)  # the open handle keeps the data until the response is sent
+    response = FileResponse(handle, as_attachment=True, filename=f"{tenant.slug}-{workspace.slug}.sqlite",
+                            content_type="application/vnd.sqlite3")
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 class WorkspaceImportApi(MemoryApiView):

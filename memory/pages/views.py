@@ -9,7 +9,6 @@ browser through `HX-Trigger` events (`memoriesChanged`), never inline scripts.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from typing import Any
 from uuid import UUID
@@ -20,7 +19,7 @@ from django.contrib.auth import login as auth_login
 from django.contrib.auth import logout as auth_logout
 from django.contrib.auth.forms import AuthenticationForm
 from django.db.models import Count
-from django.http import FileResponse, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import filesizeformat
 from django.urls import reverse
@@ -32,13 +31,14 @@ from django_htmx.http import HttpResponseClientRedirect, reswap, retarget, trigg
 
 from memory import selectors as memory_selectors
 from memory.api.auth import SESSION_TENANT_KEY
+from memory.api.transfer import sqlite_download
 from memory.errors import MemoryServiceError, NotFound, RevisionConflict
 from memory.models import MemoryMessage, MemoryNode, MemorySummary, NodeStatus
 from memory.pages import forms, labels
 from memory.pages import selectors as pages
 from memory.pages.access import SESSION_WORKSPACE_KEY, PageAccess, tenant_page, wants_fragment
 from memory.services import ForgetRequest, node_forget, node_restore, node_write_batch
-from memory.sqlite_io import ImportError_, ImportReport, workspace_export_sqlite, workspace_import_sqlite
+from memory.sqlite_io import ImportError_, ImportReport, workspace_import_sqlite
 from tenants.models import ApiKey
 from tenants.services import ApiKeyError, api_key_create, api_key_revoke
 
@@ -584,21 +584,11 @@ def workspace_view(request: HttpRequest, access: PageAccess) -> HttpResponse:
 
 @require_GET
 @tenant_page
-def workspace_export(request: HttpRequest, access: PageAccess) -> FileResponse:
-    """Download the current workspace as an Ekko local-format SQLite file (any member may)."""
-    descriptor, path = tempfile.mkstemp(prefix="ekko-export-", suffix=".sqlite")
-    os.close(descriptor)
-    try:
-        workspace_export_sqlite(tenant=access.tenant, workspace=access.workspace, path=path)
-        handle = open(path, "rb")  # noqa: SIM115 - FileResponse closes it
-    finally:
-        os.unlink(path)  # the open handle keeps the data until the response is sent
-    filename = f"{access.tenant.slug}-{access.workspace.slug}.sqlite"
-    response = FileResponse(
-        handle, as_attachment=True, filename=filename, content_type="application/vnd.sqlite3"
-    )
-    response["Cache-Control"] = "no-store"
-    return response
+def workspace_export(request: HttpRequest, access: PageAccess) -> HttpResponse:
+    """Download the current workspace as an Ekko local-format file (owners and admins: it holds everyone's)."""
+    if not access.is_admin:
+        return render(request, "pages/forbidden.html", {"access": access}, status=403)
+    return sqlite_download(access.tenant, access.workspace)
 
 
 @require_POST
