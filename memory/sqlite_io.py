@@ -17,10 +17,12 @@ import hashlib
 import hmac
 import json
 import os
+import queue
 import sqlite3
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,7 +30,7 @@ from typing import Any
 
 import numpy as np
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import DataError, IntegrityError, connection, transaction
 from django.db.models import BinaryField, F, Func, IntegerField, Q, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
@@ -110,6 +112,7 @@ MESSAGE_COLUMNS: tuple[Column, ...] = (
     Column("token_count", "integer not null default 0", False),
     Column("search_text", "text not null default ''", False),
     Column("search_text_sig", "text", False),
+    Column("row_sig", "text", False),
 )
 
 SUMMARY_COLUMNS: tuple[Column, ...] = (
@@ -162,6 +165,7 @@ NODE_COLUMNS: tuple[Column, ...] = (
     Column("last_accessed_at", "text", False),
     Column("search_text", "text not null default ''", False),
     Column("search_text_sig", "text", False),
+    Column("row_sig", "text", False),
 )
 
 AUDIT_COLUMNS: tuple[Column, ...] = (
@@ -175,6 +179,7 @@ AUDIT_COLUMNS: tuple[Column, ...] = (
     Column("reason", "text not null"),
     Column("payload_json", "text"),
     Column("created_at", "text not null"),
+    Column("row_sig", "text", False),
 )
 
 EMBEDDING_COLUMNS: tuple[Column, ...] = (
@@ -225,6 +230,11 @@ CREATE INDEX idx_memory_nodes_user ON memory_nodes (user_id, status, updated_at)
 CREATE INDEX idx_memory_audit_events_node ON memory_audit_events (node_id, created_at);
 """
 
+_TABLE_INDEX_SQL: dict[str, str] = {
+    table: "\n".join(line for line in _INDEX_SQL.splitlines() if f" ON {table} (" in line)
+    for table in ("memory_messages", "memory_summaries", "memory_nodes", "memory_audit_events")
+}
+
 # The FTS table keeps its own copy of the segmented text keyed by node_id (seed 003's layout: a hard
 # delete runs `DELETE FROM memory_nodes_fts WHERE node_id = ?`); an external-content table keyed on
 # memory_nodes' implicit rowid would silently break when a local agent runs VACUUM.
@@ -242,6 +252,7 @@ CREATE TRIGGER memory_nodes_fts_update AFTER UPDATE OF id, search_text ON memory
   INSERT INTO memory_nodes_fts (node_id, search_text) VALUES (new.id, new.search_text);
 END;
 """
+_TABLE_INDEX_SQL["memory_nodes"] += "\n" + _FTS_SQL
 
 
 # --------------------------------------------------------------------------- value codecs
@@ -307,13 +318,15 @@ def _segmenter_id() -> str:
 
 
 class _SearchTextSigner:
-    """Vouch for a search_text this server produced, so an import may reuse it instead of re-segmenting.
+    """Vouch for rows and search text this server wrote, so an import may trust them instead of redoing work.
 
-    jieba segments about 4,000 cards a second: re-segmenting a 100k-card file would take longer
-    than the whole import may. The signature (HMAC with the server secret over the inputs, the
-    segmenter version and the output) lets an import reuse the text only when it came from an
-    Ekko server with the same segmenter and the card's words are unchanged; text written by
-    anyone else, or for edited words, is recomputed.
+    jieba segments about 4,000 cards a second and checking every field of a row costs more than
+    inserting it: a 100k-card import would miss its budget doing either for rows it wrote itself.
+    Both signatures are BLAKE2 MACs keyed with the server secret and the segmenter version.
+    `search_text_sig` covers a row's words and its segmented text: the text is reused when they are
+    unchanged. `row_sig` covers every column of the row: an unchanged row skips the field-by-field
+    checks (they held when the row left this server's database). Anything written by someone else,
+    or edited, is checked and segmented again.
     """
 
     def __init__(self) -> None:
@@ -328,6 +341,22 @@ class _SearchTextSigner:
         if not isinstance(search_text, str) or not isinstance(signature, str) or not search_text:
             return False
         return hmac.compare_digest(self.sign(kind, inputs, search_text), signature)
+
+    def row(self, table: str, values: Sequence[Any]) -> str:
+        """Return the MAC of a file row: every column before `row_sig`, as the repr of a tuple.
+
+        A tuple's repr quotes its strings and spells ints, floats and None distinctly, so no two rows
+        share it; SQLite hands the values back with the same types the export wrote.
+        """
+        text = f"{table}\x1f{self.segmenter}\x1f{tuple(values)!r}"
+        return hashlib.blake2b(text.encode(), key=self.key, digest_size=16).hexdigest()
+
+    def row_verified(self, table: str, columns: tuple[Column, ...], values: dict[str, Any]) -> bool:
+        signature = values.get("row_sig")
+        if not isinstance(signature, str):
+            return False
+        ordered = [values.get(column.name) for column in columns[:-1]]
+        return hmac.compare_digest(self.row(table, ordered), signature)
 
 
 def _node_search_text(title: str, content: str, tags: list[str], entities: list[str]) -> str:
@@ -358,36 +387,78 @@ def _array_json(field_name: str) -> Func:
 # File column → ORM field path or SQL expression, in file column order. `workspace_id` and
 # `search_text_sig` are filled in Python.
 _MESSAGE_EXPORT: dict[str, Any] = {
-    "id": "message_id", "session_id": "session_id", "parent_id": "parent_id", "role": "role",
-    "content": "content", "metadata_json": _text("metadata"), "created_at": _iso("created_at"),
-    "user_id": "user__username", "channel": "channel", "agent_name": "agent_name", "token_count": "token_count",
-    "search_text": "search_text",
-}  # fmt: skip
-_SUMMARY_EXPORT: dict[str, Any] = {
-    "id": _text("id"), "session_id": "session_id", "parent_summary_id": _text("parent_summary_id"),
-    "from_message_id": "from_message_id", "to_message_id": "to_message_id", "summary": "summary",
-    "current_goal": "current_goal", "constraints_json": _text("constraints"),
-    "preferences_json": _text("preferences"), "decisions_json": _text("decisions"),
-    "completed_work_json": _text("completed_work"), "pending_work_json": _text("pending_work"),
-    "known_issues_json": _text("known_issues"), "created_at": _iso("created_at"),
-}  # fmt: skip
-_NODE_EXPORT: dict[str, Any] = {
-    "id": _text("id"), "parent_id": _text("parent_id"), "supersedes_id": _text("supersedes_id"),
-    "session_id": "session_id", "user_id": "user__username", "scope": "scope", "domain": "domain",
-    "category_path_json": _array_json("category_path"), "category_path_text": "category_path_text",
-    "type": "type", "key": "key", "value_json": _text("value_json"), "title": "title", "content": "content",
-    "status": "status", "confidence": "confidence", "importance": "importance", "tags_json": _array_json("tags"),
-    "entities_json": _array_json("entities"), "source_message_ids_json": _array_json("source_message_ids"),
-    "created_at": _iso("created_at"), "updated_at": _iso("updated_at"), "expires_at": _iso("expires_at"),
-    "revision": "revision", "kind": "kind", "item_key": "item_key",
-    "explicit_user_intent": Cast("explicit_user_intent", IntegerField()), "access_count": "access_count",
-    "last_accessed_at": _iso("last_accessed_at"), "search_text": "search_text",
-}  # fmt: skip
-_AUDIT_EXPORT: dict[str, Any] = {
-    "id": _text("id"), "event_type": "event_type", "node_id": _text("node_id"), "session_id": "session_id",
-    "user_id": "user__username", "actor": "actor", "reason": "reason", "payload_json": _text("payload"),
+    "id": "message_id",
+    "session_id": "session_id",
+    "parent_id": "parent_id",
+    "role": "role",
+    "content": "content",
+    "metadata_json": _text("metadata"),
     "created_at": _iso("created_at"),
-}  # fmt: skip
+    "user_id": "user__username",
+    "channel": "channel",
+    "agent_name": "agent_name",
+    "token_count": "token_count",
+    "search_text": "search_text",
+}
+_SUMMARY_EXPORT: dict[str, Any] = {
+    "id": _text("id"),
+    "session_id": "session_id",
+    "parent_summary_id": _text("parent_summary_id"),
+    "from_message_id": "from_message_id",
+    "to_message_id": "to_message_id",
+    "summary": "summary",
+    "current_goal": "current_goal",
+    "constraints_json": _text("constraints"),
+    "preferences_json": _text("preferences"),
+    "decisions_json": _text("decisions"),
+    "completed_work_json": _text("completed_work"),
+    "pending_work_json": _text("pending_work"),
+    "known_issues_json": _text("known_issues"),
+    "created_at": _iso("created_at"),
+}
+_NODE_EXPORT: dict[str, Any] = {
+    "id": _text("id"),
+    "parent_id": _text("parent_id"),
+    "supersedes_id": _text("supersedes_id"),
+    "session_id": "session_id",
+    "user_id": "user__username",
+    "scope": "scope",
+    "domain": "domain",
+    "category_path_json": _array_json("category_path"),
+    "category_path_text": "category_path_text",
+    "type": "type",
+    "key": "key",
+    "value_json": _text("value_json"),
+    "title": "title",
+    "content": "content",
+    "status": "status",
+    "confidence": "confidence",
+    "importance": "importance",
+    "tags_json": _array_json("tags"),
+    "entities_json": _array_json("entities"),
+    "source_message_ids_json": _array_json("source_message_ids"),
+    "created_at": _iso("created_at"),
+    "updated_at": _iso("updated_at"),
+    "expires_at": _iso("expires_at"),
+    "revision": "revision",
+    "kind": "kind",
+    "item_key": "item_key",
+    "explicit_user_intent": Cast("explicit_user_intent", IntegerField()),
+    "access_count": "access_count",
+    "last_accessed_at": _iso("last_accessed_at"),
+    "search_text": "search_text",
+}
+_AUDIT_EXPORT: dict[str, Any] = {
+    "id": _text("id"),
+    "event_type": "event_type",
+    "node_id": _text("node_id"),
+    "session_id": "session_id",
+    "user_id": "user__username",
+    "actor": "actor",
+    "reason": "reason",
+    "payload_json": _text("payload"),
+    "created_at": _iso("created_at"),
+}
 
 
 def _export_values(queryset: Any, spec: dict[str, Any]) -> Any:
@@ -417,25 +488,70 @@ def _canonical_json(value: Any) -> str | None:
 # search text and, for nodes, the bookkeeping that moves without new content (revision, updatedAt,
 # seed 004's access counters). Stored rows are read with these fields and compared as tuples.
 _MESSAGE_COMPARED = (
-    "session_id", "parent_id", "role", "content", "metadata", "created_at", "user__username", "channel",
+    "session_id",
+    "parent_id",
+    "role",
+    "content",
+    "metadata",
+    "created_at",
+    "user__username",
+    "channel",
     "agent_name",
-)  # fmt: skip
+)
 _SUMMARY_COMPARED = (
-    "session_id", "parent_summary_id", "from_message_id", "to_message_id", "summary", "current_goal",
-    "constraints", "preferences", "decisions", "completed_work", "pending_work", "known_issues", "created_at",
-)  # fmt: skip
+    "session_id",
+    "parent_summary_id",
+    "from_message_id",
+    "to_message_id",
+    "summary",
+    "current_goal",
+    "constraints",
+    "preferences",
+    "decisions",
+    "completed_work",
+    "pending_work",
+    "known_issues",
+    "created_at",
+)
 _NODE_COMPARED = (
-    "parent_id", "supersedes_id", "session_id", "user__username", "scope", "domain", "category_path", "type",
-    "key", "value_json", "title", "content", "status", "confidence", "importance", "tags", "entities",
-    "source_message_ids", "created_at", "expires_at", "kind", "item_key", "explicit_user_intent",
-)  # fmt: skip
+    "parent_id",
+    "supersedes_id",
+    "session_id",
+    "user__username",
+    "scope",
+    "domain",
+    "category_path",
+    "type",
+    "key",
+    "value_json",
+    "title",
+    "content",
+    "status",
+    "confidence",
+    "importance",
+    "tags",
+    "entities",
+    "source_message_ids",
+    "created_at",
+    "expires_at",
+    "kind",
+    "item_key",
+    "explicit_user_intent",
+)
 _NODE_STORED = ("workspace_id", "revision", "owner_ref", "updated_at")
 _NODE_JSON_POSITIONS = [
     _NODE_COMPARED.index(c) for c in ("category_path", "value_json", "tags", "entities", "source_message_ids")
 ]
 _AUDIT_COMPARED = (
-    "event_type", "node_id", "session_id", "user__username", "actor", "reason", "payload", "created_at",
-)  # fmt: skip
+    "event_type",
+    "node_id",
+    "session_id",
+    "user__username",
+    "actor",
+    "reason",
+    "payload",
+    "created_at",
+)
 
 
 def _stored_key(values: Sequence[Any], json_positions: Sequence[int]) -> tuple[Any, ...]:
@@ -460,9 +576,13 @@ class ExportStats:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "messages": self.messages, "summaries": self.summaries, "nodes": self.nodes,
-            "auditEvents": self.audit_events, "embeddings": self.embeddings, "bytes": self.bytes,
-        }  # fmt: skip
+            "messages": self.messages,
+            "summaries": self.summaries,
+            "nodes": self.nodes,
+            "auditEvents": self.audit_events,
+            "embeddings": self.embeddings,
+            "bytes": self.bytes,
+        }
 
 
 def _workspace_in_tenant(tenant: Tenant, workspace: Workspace | int) -> Workspace:
@@ -505,64 +625,146 @@ def workspace_export_sqlite(
     target = Path(path)
     partial = target.with_name(target.name + ".partial")
     partial.unlink(missing_ok=True)
-    out = sqlite3.connect(partial, isolation_level=None)
     report = progress or (lambda stage, done, total: None)
+    signer = _SearchTextSigner()
+    writer = _SqliteWriter(partial, signer)
     try:
-        out.executescript(
-            f"PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA application_id={APPLICATION_ID};"
-            f"PRAGMA user_version={FORMAT_VERSION};"
-        )
-        out.executescript(_SCHEMA_SQL)  # executescript commits first, so the transaction starts after it
-        out.execute("BEGIN")
-        signer = _SearchTextSigner()
         with _consistent_snapshot(), tenant_context(tenant):
             ws = _workspace_in_tenant(tenant, workspace)
-            counts = _export_rows(out, tenant, ws, signer, include_embeddings, chunk_size, report)
-            _write_info(out, tenant, ws, signer, counts)
-        out.execute("COMMIT")
+            counts = _export_rows(writer, tenant, ws, signer, include_embeddings, chunk_size, report)
+            _write_info(writer, tenant, ws, signer, counts)
         report("indexes", 0, None)
-        out.executescript(_INDEX_SQL + _FTS_SQL)
-        out.executescript("PRAGMA journal_mode=DELETE; PRAGMA optimize;")
-        out.close()
+        writer.finish()
         os.replace(partial, target)
     except BaseException:
-        out.close()
+        writer.abort()
         partial.unlink(missing_ok=True)
         raise
     return ExportStats(path=target, bytes=target.stat().st_size, **counts)
 
 
+class _SqliteWriter:
+    """Writes the export file on its own thread, so SQLite's inserts and index builds overlap the reading
+    from PostgreSQL (sqlite3 and psycopg both release the GIL while they work)."""
+
+    _SETUP = (
+        "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA temp_store=MEMORY; "
+        "PRAGMA cache_size=-131072; "
+        f"PRAGMA application_id={APPLICATION_ID}; PRAGMA user_version={FORMAT_VERSION};"
+    )
+
+    def __init__(self, path: Path, signer: _SearchTextSigner) -> None:
+        self.signer = signer
+        self.error: BaseException | None = None
+        self.tasks: queue.Queue[tuple[str, Sequence[Any]] | None] = queue.Queue(maxsize=8)
+        self.thread = threading.Thread(target=self._run, args=(path,), name="ekko-sqlite-export", daemon=True)
+        self.thread.start()
+
+    def _run(self, path: Path) -> None:
+        try:
+            out = sqlite3.connect(path, isolation_level=None)
+            try:
+                out.executescript(self._SETUP + _SCHEMA_SQL)
+                while (task := self.tasks.get()) is not None:
+                    sql, rows = task
+                    signed_table = _ROW_SIGNED_INSERTS.get(sql)
+                    if signed_table is not None:
+                        # The row MAC is computed here, where it overlaps the reading from PostgreSQL.
+                        rows = [(*row, self.signer.row(signed_table, row)) for row in rows]
+                    if rows:
+                        out.execute("BEGIN")
+                        out.executemany(sql, rows)
+                        out.execute("COMMIT")
+                    else:
+                        out.executescript(sql)
+                out.executescript("PRAGMA journal_mode=DELETE; PRAGMA optimize;")
+            finally:
+                out.close()
+        except BaseException as exc:  # noqa: BLE001 - handed to the exporting thread
+            self.error = exc
+            while True:  # unblock a producer waiting on a full queue
+                try:
+                    self.tasks.get_nowait()
+                except queue.Empty:
+                    break
+
+    def _put(self, task: tuple[str, Sequence[Any]] | None) -> None:
+        while True:
+            if self.error is not None:
+                raise self.error
+            try:
+                self.tasks.put(task, timeout=0.5)
+                return
+            except queue.Full:
+                if not self.thread.is_alive():
+                    raise RuntimeError("The SQLite writer stopped.") from self.error
+
+    def rows(self, sql: str, rows: list[Sequence[Any]]) -> None:
+        self._put((sql, rows))
+
+    def script(self, sql: str) -> None:
+        self._put((sql, ()))
+
+    def finish(self) -> None:
+        self._put(None)
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+    def abort(self) -> None:
+        if self.thread.is_alive():
+            with suppress(queue.Full):
+                self.tasks.put(None, timeout=10)
+        self.thread.join(timeout=60)
+
+
+def _insert_sql(table: str, columns: tuple[Column, ...]) -> str:
+    names, marks = ", ".join(c.name for c in columns), ", ".join("?" * len(columns))
+    return f"INSERT INTO {table} ({names}) VALUES ({marks})"
+
+
+# Inserts whose rows arrive without their last column, `row_sig`, which the writer appends.
+_ROW_SIGNED_INSERTS = {
+    _insert_sql(table, columns): table
+    for table, columns in (
+        ("memory_messages", MESSAGE_COLUMNS),
+        ("memory_nodes", NODE_COLUMNS),
+        ("memory_audit_events", AUDIT_COLUMNS),
+    )
+}
+
+
 def _write_chunks(
-    out: sqlite3.Connection,
+    writer: _SqliteWriter,
     table: str,
     columns: tuple[Column, ...],
-    rows: Iterable[list[Any]],
+    rows: Iterable[Sequence[Any]],
     chunk_size: int,
     stage: str,
     total: int,
     report: Progress,
 ) -> int:
-    sql = (
-        f"INSERT INTO {table} ({', '.join(c.name for c in columns)}) VALUES ({', '.join('?' * len(columns))})"
-    )
+    sql = _insert_sql(table, columns)
     written, batch = 0, []
     report(stage, 0, total)
     for row in rows:
         batch.append(row)
         if len(batch) >= chunk_size:
-            out.executemany(sql, batch)
+            writer.rows(sql, batch)
             written += len(batch)
             report(stage, len(batch), total)
             batch = []
     if batch:
-        out.executemany(sql, batch)
+        writer.rows(sql, batch)
         written += len(batch)
         report(stage, len(batch), total)
+    # Each table's indexes are built as soon as its rows are in, while the next table is being read.
+    writer.script(_TABLE_INDEX_SQL.get(table, ""))
     return written
 
 
 def _export_rows(
-    out: sqlite3.Connection,
+    out: _SqliteWriter,
     tenant: Tenant,
     ws: Workspace,
     signer: _SearchTextSigner,
@@ -594,17 +796,19 @@ def _export_rows(
         for values in query.iterator(chunk_size=chunk_size):
             search_text = values[-1]
             if not search_text:
-                search_text = _node_search_text(values[title], values[content], json.loads(values[tags]),
-                                                json.loads(values[entities]))  # fmt: skip
+                search_text = _node_search_text(
+                    values[title], values[content], json.loads(values[tags]), json.loads(values[entities])
+                )
             inputs = (values[title], values[content], values[tags], values[entities])
             # values lack workspace_id (a constant) and the signature; both are put in place here.
-            yield [
+            row = [
                 *values[:4],
                 workspace_id,
                 *values[4:-1],
                 search_text,
                 signer.sign("node", inputs, search_text),
             ]
+            yield row
 
     def audit_rows() -> Iterator[list[Any]]:
         query = _export_values(events.order_by("created_at", "id"), _AUDIT_EXPORT)
@@ -613,17 +817,41 @@ def _export_rows(
 
     summary_rows = _export_values(summaries.order_by("created_at", "id"), _SUMMARY_EXPORT)
     counts = {
-        "messages": _write_chunks(out, "memory_messages", MESSAGE_COLUMNS, message_rows(), chunk_size,
-                                  "messages", messages.count(), report),
-        "summaries": _write_chunks(out, "memory_summaries", SUMMARY_COLUMNS,
-                                   summary_rows.iterator(chunk_size=chunk_size), chunk_size, "summaries",
-                                   summaries.count(), report),
-        "nodes": _write_chunks(out, "memory_nodes", NODE_COLUMNS, node_rows(), chunk_size, "nodes",
-                               nodes.count(), report),
-        "audit_events": _write_chunks(out, "memory_audit_events", AUDIT_COLUMNS, audit_rows(), chunk_size,
-                                      "audit events", events.count(), report),
+        "messages": _write_chunks(
+            out,
+            "memory_messages",
+            MESSAGE_COLUMNS,
+            message_rows(),
+            chunk_size,
+            "messages",
+            messages.count(),
+            report,
+        ),
+        "summaries": _write_chunks(
+            out,
+            "memory_summaries",
+            SUMMARY_COLUMNS,
+            summary_rows.iterator(chunk_size=chunk_size),
+            chunk_size,
+            "summaries",
+            summaries.count(),
+            report,
+        ),
+        "nodes": _write_chunks(
+            out, "memory_nodes", NODE_COLUMNS, node_rows(), chunk_size, "nodes", nodes.count(), report
+        ),
+        "audit_events": _write_chunks(
+            out,
+            "memory_audit_events",
+            AUDIT_COLUMNS,
+            audit_rows(),
+            chunk_size,
+            "audit events",
+            events.count(),
+            report,
+        ),
         "embeddings": 0,
-    }  # fmt: skip
+    }
     if include_embeddings:
         for model_query, table, columns, id_field, stage in (
             (nodes, "memory_embeddings", EMBEDDING_COLUMNS, _text("id"), "vectors"),
@@ -642,8 +870,10 @@ def _export_rows(
                 .values_list("file_owner", "embedding_model", "file_vector")
                 .iterator(chunk_size=chunk_size)
             )
-            rows = ([owner, model, len(blob) // 4, blob] for owner, model, blob in
-                    ((owner, model, _vector_blob(raw)) for owner, model, raw in query))  # fmt: skip
+            rows = (
+                [owner, model, len(blob) // 4, blob]
+                for owner, model, blob in ((owner, model, _vector_blob(raw)) for owner, model, raw in query)
+            )
             written = _write_chunks(
                 out, table, columns, rows, chunk_size, stage, with_vectors.count(), report
             )
@@ -653,11 +883,11 @@ def _export_rows(
 
 
 def _write_info(
-    out: sqlite3.Connection, tenant: Tenant, ws: Workspace, signer: _SearchTextSigner, counts: dict[str, int]
+    out: _SqliteWriter, tenant: Tenant, ws: Workspace, signer: _SearchTextSigner, counts: dict[str, int]
 ) -> None:
     now = iso_utc(timezone.now())
-    out.execute(
-        "INSERT INTO memory_schema_migrations (version, applied_at) VALUES (?, ?)", (FORMAT_VERSION, now)
+    out.rows(
+        "INSERT INTO memory_schema_migrations (version, applied_at) VALUES (?, ?)", [(FORMAT_VERSION, now)]
     )
     info = {
         "format": FORMAT_NAME,
@@ -672,7 +902,7 @@ def _write_info(
         "search_text_segmenter": signer.segmenter,
         "counts": _json_text(counts),
     }
-    out.executemany("INSERT INTO memory_export_info (key, value) VALUES (?, ?)", sorted(info.items()))
+    out.rows("INSERT INTO memory_export_info (key, value) VALUES (?, ?)", sorted(info.items()))
 
 
 def _server_embedding_model() -> str | None:
@@ -809,7 +1039,7 @@ def sqlite_file_inspect(path: str | os.PathLike[str]) -> FileInfo:
 
 @contextmanager
 def closing_sqlite(path: Path) -> Iterator[sqlite3.Connection]:
-    # immutable=1: read without creating journal or -shm files beside an upload (the WAL case is refused above).
+    # immutable=1: read without creating journal or -shm files beside an upload (WAL files are refused above).
     uri = f"file:{path.resolve().as_posix()}?mode=ro&immutable=1"
     source = sqlite3.connect(uri, uri=True, isolation_level=None)
     try:
@@ -871,7 +1101,8 @@ class ImportReport:
     def summary_line(self) -> str:
         i, u, s = self.imported, self.updated, self.skipped
         return (
-            f"imported {i.messages} messages, {i.summaries} summaries, {i.nodes} nodes, {i.audit_events} audit "
+            f"imported {i.messages} messages, {i.summaries} summaries, {i.nodes} nodes, "
+            f"{i.audit_events} audit "
             f"events; updated {u.nodes} nodes; skipped {s.messages + s.summaries + s.nodes + s.audit_events} "
             f"identical rows; {self.conflict_count} conflicts; {self.vectors_reused} vectors reused, "
             f"{self.vectors_pending} to embed ({self.mode})"
@@ -881,9 +1112,21 @@ class ImportReport:
 # --------------------------------------------------------------------------- import: row validation
 
 _IMPORT_NAMESPACE = uuid.UUID("6f1d1b1e-8a4b-5c2e-9d57-6b0e0c7a4e11")
-_MAX = {"message_id": 128, "session_id": 200, "title": 500, "key": 255, "kind": 64, "item_key": 128,
-        "domain": 100, "category": 100, "tag": 100, "entity": 200, "actor": 200, "agent_name": 200,
-        "category_path_text": 500}  # fmt: skip
+_MAX = {
+    "message_id": 128,
+    "session_id": 200,
+    "title": 500,
+    "key": 255,
+    "kind": 64,
+    "item_key": 128,
+    "domain": 100,
+    "category": 100,
+    "tag": 100,
+    "entity": 200,
+    "actor": 200,
+    "agent_name": 200,
+    "category_path_text": 500,
+}
 _ROLES = frozenset(Role.values)
 _CHANNELS = frozenset(Channel.values)
 _SCOPES = frozenset(Scope.values)
@@ -913,15 +1156,17 @@ class _Row:
         value = self.values.get(column)
         return default if value is None else value
 
-    def text(self, column: str, *, required: bool = True, max_length: int | None = None,
-             default: str | None = None) -> str | None:  # fmt: skip
+    def text(
+        self, column: str, *, required: bool = True, max_length: int | None = None, default: str | None = None
+    ) -> str | None:
         value = self.values.get(column)
         if type(value) is str and "\x00" not in value and (max_length is None or len(value) <= max_length):
             return value
         return self._text_checked(column, value, required, max_length, default)
 
-    def _text_checked(self, column: str, value: Any, required: bool, max_length: int | None,
-                      default: str | None) -> str | None:  # fmt: skip
+    def _text_checked(
+        self, column: str, value: Any, required: bool, max_length: int | None, default: str | None
+    ) -> str | None:
         if value is None:
             value = default
         if value is None:
@@ -1032,8 +1277,10 @@ class _Import:
     # Rows written without a usable vector, to embed after commit.
     nodes_to_embed: list[str] = field(default_factory=list)
     messages_to_embed: list[int] = field(default_factory=list)
-    # A copy into a workspace with no rows at all: its derived ids cannot exist yet, so nothing is looked up.
+    # A copy into a workspace with no rows at all: its derived ids cannot exist yet, so nothing is looked up,
+    # foreign keys are checked statement by statement, and big inserts run while Python reads on.
     fresh: bool = False
+    pending: _Background | None = None
     now: datetime = field(default_factory=timezone.now)
 
     def __post_init__(self) -> None:
@@ -1104,18 +1351,25 @@ def workspace_import_sqlite(
         ws = _workspace_in_tenant(tenant, workspace)
         same = file.info.get("tenant") == tenant.slug and file.info.get("workspace_id") == str(ws.pk)
         state = _Import(
-            tenant=tenant, workspace=ws, file=file, source=source,
-            report=ImportReport(mode="same_workspace" if same else "copy"), progress=report_progress,
-            actor=actor, chunk_size=chunk_size, same_workspace=same,
+            tenant=tenant,
+            workspace=ws,
+            file=file,
+            source=source,
+            report=ImportReport(mode="same_workspace" if same else "copy"),
+            progress=report_progress,
+            actor=actor,
+            chunk_size=chunk_size,
+            same_workspace=same,
             source_tag=f"{file.info.get('tenant', 'local')}/{file.info.get('workspace_id', '-')}",
             members=_members_named(tenant, _usernames_in_file(source, file)),
-            server_model=_server_embedding_model(), signer=_SearchTextSigner(),
-        )  # fmt: skip
+            server_model=_server_embedding_model(),
+            signer=_SearchTextSigner(),
+        )
         try:
             # A savepoint, so a failed statement leaves the tenant transaction usable for its cleanup.
             with transaction.atomic():
                 _import_all(state)
-        except IntegrityError as exc:
+        except (IntegrityError, DataError) as exc:
             raise ImportError_(
                 f"The file's rows contradict each other or this workspace ({str(exc).splitlines()[0]}); "
                 "nothing was imported."
@@ -1127,7 +1381,61 @@ def workspace_import_sqlite(
     return state.report
 
 
+class _Background:
+    """One SQL statement running on the import's connection in a worker thread while Python reads the file.
+
+    psycopg connections are thread-safe, and the importing thread touches the database again only after
+    `wait()`; errors come back through Django's wrapper so they read like any other database error.
+    """
+
+    def __init__(
+        self, sql: str, *, fetch: bool = False, on_done: Callable[[Any], None] | None = None
+    ) -> None:
+        self.on_done = on_done
+        self.result: Any = None
+        self.error: BaseException | None = None
+        raw = connection.connection
+
+        def run() -> None:
+            try:
+                with raw.cursor() as cursor:
+                    cursor.execute(sql)
+                    self.result = cursor.fetchall() if fetch else cursor.rowcount
+            except BaseException as exc:  # noqa: BLE001 - re-raised by wait()
+                self.error = exc
+
+        self.thread = threading.Thread(target=run, name="ekko-import-statement", daemon=True)
+        self.thread.start()
+
+    def wait(self) -> Any:
+        self.thread.join()
+        if self.error is not None:
+            with connection.wrap_database_errors:
+                raise self.error
+        if self.on_done is not None:
+            self.on_done(self.result)
+        return self.result
+
+
+def _finish_pending(state: _Import) -> Any:
+    pending, state.pending = state.pending, None
+    return None if pending is None else pending.wait()
+
+
 def _import_all(state: _Import) -> None:
+    with connection.cursor() as cursor:
+        # The app connection forces custom plans (for HNSW search), which makes PostgreSQL re-plan the
+        # cached foreign-key check query for every inserted row: ~4x slower checks. Imports don't search.
+        cursor.execute(
+            "SELECT current_setting('plan_cache_mode'), set_config('plan_cache_mode', 'auto', true)"
+        )
+        previous_plan_cache_mode = cursor.fetchone()[0]
+    _import_rows(state)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('plan_cache_mode', %s, true)", [previous_plan_cache_mode])
+
+
+def _import_rows(state: _Import) -> None:
     source = state.source
     _prepare_staging()
     state.fresh = not state.same_workspace and not any(
@@ -1135,12 +1443,26 @@ def _import_all(state: _Import) -> None:
         for model in (MemoryNode, MemoryMessage, MemorySummary, MemoryAuditEvent)
     )
     for table, mapping in (("memory_nodes", state.node_map), ("memory_summaries", state.summary_map)):
-        mapping.update((i, state.target_uuid(i)) for (i,) in source.execute(f"SELECT id FROM {table}")
-                       if isinstance(i, str))  # fmt: skip
-    _import_messages(state)
-    _import_summaries(state)
-    _import_nodes(state)
-    _import_audit_events(state)
+        mapping.update(
+            (i, state.target_uuid(i))
+            for (i,) in source.execute(f"SELECT id FROM {table}")
+            if isinstance(i, str)
+        )
+    if state.fresh:
+        # Nothing here can be updated and dangling links are cleared before inserting, so each INSERT can
+        # check its own foreign keys (overlapping with the file reading) instead of one long check at the end.
+        with connection.cursor() as cursor:
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    try:
+        _import_messages(state)
+        _import_summaries(state)
+        _import_nodes(state)
+        _import_audit_events(state)
+        _finish_pending(state)
+    except BaseException:
+        with suppress(BaseException):
+            _finish_pending(state)  # the statement must end before the transaction rolls back
+        raise
     with connection.cursor() as cursor:
         # Deferred foreign keys are checked here, inside the import, rather than at a caller's commit.
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
@@ -1229,7 +1551,8 @@ def _analyze(staging: str) -> None:
         cursor.execute("RESET default_statistics_target")
 
 
-def _copy_rows(staging: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
+def _copy_rows(state: _Import, staging: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
+    _finish_pending(state)
     if not rows:
         return
     with connection.cursor() as cursor:
@@ -1239,35 +1562,58 @@ def _copy_rows(staging: str, columns: Sequence[str], rows: list[tuple[Any, ...]]
 
 
 # JSON values are staged as the file's own (already validated) JSON text: PostgreSQL turns them into
-# jsonb and arrays far faster than Python can parse and re-encode them. "array" → varchar[], "json" → jsonb.
+# jsonb far faster than Python can re-encode them ("json" → jsonb). Arrays ("array") are staged as
+# PostgreSQL array literals (see _pg_array), which the insert casts to varchar[].
 _JSON_TEXT_COLUMNS: dict[str, dict[str, str]] = {
     "memory_memorymessage": {"metadata": "json"},
-    "memory_memorysummary": {c: "json" for c in ("constraints", "preferences", "decisions", "completed_work",
-                                                 "pending_work", "known_issues")},
-    "memory_memorynode": {"category_path": "array", "tags": "array", "entities": "array",
-                          "source_message_ids": "array", "value_json": "json"},
+    "memory_memorysummary": {
+        c: "json"
+        for c in ("constraints", "preferences", "decisions", "completed_work", "pending_work", "known_issues")
+    },
+    "memory_memorynode": {
+        "category_path": "array",
+        "tags": "array",
+        "entities": "array",
+        "source_message_ids": "array",
+        "value_json": "json",
+    },
     "memory_memoryauditevent": {"payload": "json"},
-}  # fmt: skip
+}
+
+
+def _pg_array(items: list[str]) -> str:
+    """Return a PostgreSQL array literal of strings (every element quoted, so no value is special)."""
+    if not items:
+        return "{}"
+    return "{" + ",".join('"' + i.replace("\\", "\\\\").replace('"', '\\"') + '"' for i in items) + "}"
+
+
+def _pg_array_from_json(text: str | None) -> str:
+    return "{}" if not text or text == "[]" else _pg_array(_JSON_DECODER.decode(text))
 
 
 def _staged_value(table: str, column: str, alias: str = "s") -> str:
     kind = _JSON_TEXT_COLUMNS.get(table, {}).get(column)
     if kind == "array":
-        return f"ARRAY(SELECT jsonb_array_elements_text({alias}.{column}::jsonb))"
+        return f"{alias}.{column}::varchar[]"
     if kind == "json":
         return f"{alias}.{column}::jsonb"
     return f"{alias}.{column}"
 
 
+def _insert_staged_sql(
+    staging: str, table: str, columns: Sequence[str], where: str = "TRUE", returning: str = ""
+) -> str:
+    names = ", ".join(columns)
+    values = ", ".join(_staged_value(table, c) for c in columns)
+    return f"INSERT INTO {table} ({names}) SELECT {values} FROM {staging} s WHERE {where} {returning}"
+
+
 def _move_staged(
     staging: str, table: str, columns: Sequence[str], where: str = "TRUE", returning: str = ""
 ) -> Any:
-    names = ", ".join(columns)
-    values = ", ".join(_staged_value(table, c) for c in columns)
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {table} ({names}) SELECT {values} FROM {staging} s WHERE {where} {returning}"
-        )
+        cursor.execute(_insert_staged_sql(staging, table, columns, where, returning))
         return cursor.fetchall() if returning else cursor.rowcount
 
 
@@ -1293,6 +1639,122 @@ def _with_vectors(state: _Import, table: str, vectors: str, key: str) -> str:
     )
 
 
+def _split_verified(
+    state: _Import, table: str, columns: tuple[Column, ...], rows: list[_Row]
+) -> tuple[list[_Row], list[_Row]]:
+    """Split a chunk into rows this server wrote unchanged (fast path) and rows to check field by field.
+
+    Only a copy into an empty workspace takes the fast path: elsewhere every row is compared with what
+    is stored anyway.
+    """
+    if not state.fresh or not state.file.has(table, "row_sig"):
+        return [], rows
+    verified, checked = [], []
+    for row in rows:
+        (verified if state.signer.row_verified(table, columns, row.values) else checked).append(row)
+    return verified, checked
+
+
+def _member(state: _Import, username: str | None) -> int | None:
+    return state.members.get(username) if username else None
+
+
+def _message_fast(state: _Import, row: _Row) -> tuple[Any, ...]:
+    v = row.values
+    vector, vector_model = row.vector(state)
+    return (
+        state.tenant.pk,
+        state.workspace.pk,
+        v["id"],
+        v["session_id"],
+        _member(state, v["user_id"]),
+        v["parent_id"],
+        v["role"],
+        v["content"],
+        v["channel"],
+        v["agent_name"],
+        v["metadata_json"],
+        v["token_count"],
+        v["created_at"],
+        v["search_text"] or _segment(v["content"]),
+        vector,
+        vector_model,
+    )
+
+
+def _node_fast(state: _Import, row: _Row) -> tuple[Any, ...]:
+    v = row.values
+    user = _member(state, v["user_id"])
+    search_text = v["search_text"] or _node_search_text(
+        v["title"], v["content"], json.loads(v["tags_json"]), json.loads(v["entities_json"])
+    )
+    vector, vector_model = row.vector(state)
+    return (
+        state.node_map[v["id"]],
+        state.tenant.pk,
+        state.workspace.pk,
+        user,
+        v["session_id"],
+        state.link_uuid(v["parent_id"], state.node_map),
+        state.link_uuid(v["supersedes_id"], state.node_map),
+        v["scope"],
+        owner_ref(
+            scope=v["scope"], workspace_id=state.workspace.pk, session_id=v["session_id"], user_id=user
+        ),
+        v["kind"],
+        v["item_key"],
+        v["key"],
+        v["domain"],
+        _pg_array_from_json(v["category_path_json"]),
+        v["category_path_text"],
+        v["type"],
+        v["value_json"],
+        v["title"],
+        v["content"],
+        v["status"],
+        v["confidence"],
+        v["importance"],
+        _pg_array_from_json(v["tags_json"]),
+        _pg_array_from_json(v["entities_json"]),
+        _pg_array_from_json(v["source_message_ids_json"]),
+        bool(v["explicit_user_intent"]),
+        v["revision"],
+        v["created_at"],
+        v["updated_at"],
+        v["expires_at"],
+        v["access_count"],
+        v["last_accessed_at"],
+        search_text,
+        vector,
+        vector_model,
+        "insert",
+        v["id"],
+    )
+
+
+def _audit_fast(state: _Import, row: _Row) -> tuple[Any, ...] | None:
+    v = row.values
+    source_node = v["node_id"]
+    node_id = (
+        None if source_node is None else state.node_map.get(source_node) or state.target_uuid(source_node)
+    )
+    if node_id in state.nodes_not_imported:
+        return None
+    return (
+        state.target_uuid(v["id"]),
+        state.tenant.pk,
+        state.workspace.pk,
+        v["event_type"],
+        node_id,
+        v["session_id"],
+        _member(state, v["user_id"]),
+        v["actor"],
+        v["reason"],
+        v["payload_json"],
+        v["created_at"],
+    )
+
+
 def _count_vectors(state: _Import, reused: int, pending: int) -> None:
     state.report.vectors_reused += reused
     state.report.vectors_pending += pending
@@ -1301,9 +1763,23 @@ def _count_vectors(state: _Import, reused: int, pending: int) -> None:
 # ----- messages
 
 _MESSAGE_DB_COLUMNS = (
-    "tenant_id", "workspace_id", "message_id", "session_id", "user_id", "parent_id", "role", "content", "channel",
-    "agent_name", "metadata", "token_count", "created_at", "search_text", "embedding", "embedding_model",
-)  # fmt: skip
+    "tenant_id",
+    "workspace_id",
+    "message_id",
+    "session_id",
+    "user_id",
+    "parent_id",
+    "role",
+    "content",
+    "channel",
+    "agent_name",
+    "metadata",
+    "token_count",
+    "created_at",
+    "search_text",
+    "embedding",
+    "embedding_model",
+)
 
 
 @dataclass
@@ -1327,9 +1803,16 @@ class _Message:
     def compare_key(self, state: _Import) -> tuple[Any, ...]:
         """Return the values compared with a stored message (_MESSAGE_COMPARED order)."""
         return (
-            self.session_id, self.parent_id, self.role, self.content, _canonical_json(self.metadata),
-            self.created_at, state.username(self.user), self.channel, self.agent_name,
-        )  # fmt: skip
+            self.session_id,
+            self.parent_id,
+            self.role,
+            self.content,
+            _canonical_json(self.metadata),
+            self.created_at,
+            state.username(self.user),
+            self.channel,
+            self.agent_name,
+        )
 
     def renamed(self) -> str:
         digest = hashlib.sha256(self.content.encode()).hexdigest()[:10]
@@ -1340,14 +1823,21 @@ def _import_messages(state: _Import) -> None:
     ws, tenant = state.workspace, state.tenant
     sql = _with_vectors(state, "memory_messages", "memory_message_embeddings", "message_id")
     for chunk in _read_chunks(state, "memory_messages", sql, "messages"):
+        verified, chunk = _split_verified(state, "memory_messages", MESSAGE_COLUMNS, chunk)
+        fast_rows = [_message_fast(state, row) for row in verified]
         incoming = [_message_in(state, row) for row in chunk]
         wanted = {m.id for m in incoming} | {m.renamed() for m in incoming}
-        existing = {} if state.fresh else {
-            values[0]: _stored_key(values[1:], [4])
-            for values in MemoryMessage.objects.filter(tenant=tenant, workspace=ws, message_id__in=wanted)
-            .values_list("message_id", *_MESSAGE_COMPARED)
-        }  # fmt: skip
-        staged = []
+        existing = (
+            {}
+            if state.fresh
+            else {
+                values[0]: _stored_key(values[1:], [4])
+                for values in MemoryMessage.objects.filter(
+                    tenant=tenant, workspace=ws, message_id__in=wanted
+                ).values_list("message_id", *_MESSAGE_COMPARED)
+            }
+        )
+        staged = fast_rows
         for message in incoming:
             stored = existing.get(message.id)
             if stored is not None and stored != message.compare_key(state):
@@ -1367,23 +1857,44 @@ def _import_messages(state: _Import) -> None:
             if stored is not None:
                 state.report.skipped.messages += 1
                 continue
-            staged.append((
-                tenant.pk, ws.pk, message.id, message.session_id, message.user, message.parent_id, message.role,
-                message.content, message.channel, message.agent_name,
-                None if message.metadata is None else message.metadata_text, message.token_count,
-                message.created_at, message.search_text or _segment(message.content), message.vector,
-                message.vector_model,
-            ))  # fmt: skip
-        _copy_rows("ekko_import_messages", _MESSAGE_DB_COLUMNS, staged)
+            staged.append(
+                (
+                    tenant.pk,
+                    ws.pk,
+                    message.id,
+                    message.session_id,
+                    message.user,
+                    message.parent_id,
+                    message.role,
+                    message.content,
+                    message.channel,
+                    message.agent_name,
+                    None if message.metadata is None else message.metadata_text,
+                    message.token_count,
+                    message.created_at,
+                    message.search_text or _segment(message.content),
+                    message.vector,
+                    message.vector_model,
+                )
+            )
+        _copy_rows(state, "ekko_import_messages", _MESSAGE_DB_COLUMNS, staged)
     with connection.cursor() as cursor:
         # Parent links to a message that was renamed follow it.
         for old, new in state.message_renames.items():
             cursor.execute("UPDATE ekko_import_messages SET parent_id = %s WHERE parent_id = %s", [new, old])
-    inserted = _move_staged("ekko_import_messages", "memory_memorymessage", _MESSAGE_DB_COLUMNS,
-                            returning="RETURNING id, embedding IS NULL")  # fmt: skip
-    state.messages_to_embed = [pk for pk, unembedded in inserted if unembedded]
-    state.report.imported.messages += len(inserted)
-    _count_vectors(state, len(inserted) - len(state.messages_to_embed), len(state.messages_to_embed))
+
+    def done(inserted: list[tuple[int, bool]]) -> None:
+        state.messages_to_embed = [pk for pk, unembedded in inserted if unembedded]
+        state.report.imported.messages += len(inserted)
+        _count_vectors(state, len(inserted) - len(state.messages_to_embed), len(state.messages_to_embed))
+
+    returning = "RETURNING id, embedding IS NULL"
+    table, staging = "memory_memorymessage", "ekko_import_messages"
+    if state.fresh:
+        sql = _insert_staged_sql(staging, table, _MESSAGE_DB_COLUMNS, returning=returning)
+        state.pending = _Background(sql, fetch=True, on_done=done)
+    else:
+        done(_move_staged(staging, table, _MESSAGE_DB_COLUMNS, returning=returning))
 
 
 def _message_in(state: _Import, row: _Row) -> _Message:
@@ -1396,22 +1907,41 @@ def _message_in(state: _Import, row: _Row) -> _Message:
         id=row.text("id", max_length=_MAX["message_id"]),
         session_id=row.text("session_id", max_length=_MAX["session_id"]),
         parent_id=row.text("parent_id", required=False, max_length=_MAX["message_id"]),
-        role=row.choice("role", _ROLES), content=content, metadata=row.json("metadata_json"),
-        created_at=row.timestamp("created_at"), user=state.user_id(row),
+        role=row.choice("role", _ROLES),
+        content=content,
+        metadata=row.json("metadata_json"),
+        created_at=row.timestamp("created_at"),
+        user=state.user_id(row),
         channel=row.choice("channel", _CHANNELS, default=Channel.MAIN),
         agent_name=row.text("agent_name", default="", max_length=_MAX["agent_name"]),
-        token_count=row.integer("token_count"), search_text=search_text, vector=vector, vector_model=vector_model,
+        token_count=row.integer("token_count"),
+        search_text=search_text,
+        vector=vector,
+        vector_model=vector_model,
         metadata_text=row.values.get("metadata_json"),
-    )  # fmt: skip
+    )
 
 
 # ----- summaries
 
 _SUMMARY_DB_COLUMNS = (
-    "id", "tenant_id", "workspace_id", "session_id", "parent_summary_id", "from_message_id", "to_message_id",
-    "summary", "current_goal", "constraints", "preferences", "decisions", "completed_work", "pending_work",
-    "known_issues", "created_at",
-)  # fmt: skip
+    "id",
+    "tenant_id",
+    "workspace_id",
+    "session_id",
+    "parent_summary_id",
+    "from_message_id",
+    "to_message_id",
+    "summary",
+    "current_goal",
+    "constraints",
+    "preferences",
+    "decisions",
+    "completed_work",
+    "pending_work",
+    "known_issues",
+    "created_at",
+)
 _SUMMARY_LISTS = ("constraints", "preferences", "decisions", "completed_work", "pending_work", "known_issues")
 
 
@@ -1420,11 +1950,16 @@ def _import_summaries(state: _Import) -> None:
     sql = "SELECT * FROM memory_summaries ORDER BY rowid"
     for chunk in _read_chunks(state, "memory_summaries", sql, "summaries"):
         incoming = [_summary_in(state, row) for row in chunk]
-        existing = {} if state.fresh else {
-            values[0]: (values[1], _stored_key(values[2:], range(6, 12)))
-            for values in MemorySummary.objects.filter(tenant=tenant, pk__in=[s["id"] for s in incoming])
-            .values_list("id", "workspace_id", *_SUMMARY_COMPARED)
-        }  # fmt: skip
+        existing = (
+            {}
+            if state.fresh
+            else {
+                values[0]: (values[1], _stored_key(values[2:], range(6, 12)))
+                for values in MemorySummary.objects.filter(
+                    tenant=tenant, pk__in=[s["id"] for s in incoming]
+                ).values_list("id", "workspace_id", *_SUMMARY_COMPARED)
+            }
+        )
         staged = []
         for summary in incoming:
             stored = existing.get(summary["id"])
@@ -1439,12 +1974,23 @@ def _import_summaries(state: _Import) -> None:
                         "a different summary with this id is stored; summaries are append-only",
                     )
                 continue
-            staged.append((
-                summary["id"], tenant.pk, ws.pk, summary["session_id"], summary["parent"], summary["from"],
-                summary["to"], summary["summary"], summary["current_goal"],
-                *summary["texts"], summary["created_at"], summary["source_id"],
-            ))  # fmt: skip
-        _copy_rows("ekko_import_summaries", (*_SUMMARY_DB_COLUMNS, "source_id"), staged)
+            staged.append(
+                (
+                    summary["id"],
+                    tenant.pk,
+                    ws.pk,
+                    summary["session_id"],
+                    summary["parent"],
+                    summary["from"],
+                    summary["to"],
+                    summary["summary"],
+                    summary["current_goal"],
+                    *summary["texts"],
+                    summary["created_at"],
+                    summary["source_id"],
+                )
+            )
+        _copy_rows(state, "ekko_import_summaries", (*_SUMMARY_DB_COLUMNS, "source_id"), staged)
     _analyze("ekko_import_summaries")
     _settle_summary_chain(state)
     state.report.imported.summaries += _move_staged(
@@ -1455,24 +2001,31 @@ def _import_summaries(state: _Import) -> None:
 def _summary_in(state: _Import, row: _Row) -> dict[str, Any]:
     source_id = row.text("id")
     return {
-        "id": state.summary_map.get(source_id) or state.target_uuid(source_id), "source_id": source_id,
+        "id": state.summary_map.get(source_id) or state.target_uuid(source_id),
+        "source_id": source_id,
         "session_id": row.text("session_id", max_length=_MAX["session_id"]),
         "parent": state.link_uuid(row.text("parent_summary_id", required=False), state.summary_map),
         "from": state.message_id(row.text("from_message_id", max_length=_MAX["message_id"])),
         "to": state.message_id(row.text("to_message_id", max_length=_MAX["message_id"])),
-        "summary": row.text("summary"), "current_goal": row.text("current_goal", required=False),
+        "summary": row.text("summary"),
+        "current_goal": row.text("current_goal", required=False),
         "created_at": row.timestamp("created_at"),
         **{name: row.json_strings(f"{name}_json", 2**31) for name in _SUMMARY_LISTS},
         "texts": [row.values.get(f"{name}_json") or "[]" for name in _SUMMARY_LISTS],
-    }  # fmt: skip
+    }
 
 
 def _summary_key(summary: dict[str, Any]) -> tuple[Any, ...]:
     return (
-        summary["session_id"], summary["parent"], summary["from"], summary["to"], summary["summary"],
-        summary["current_goal"], *(_canonical_json(summary[name]) for name in _SUMMARY_LISTS),
+        summary["session_id"],
+        summary["parent"],
+        summary["from"],
+        summary["to"],
+        summary["summary"],
+        summary["current_goal"],
+        *(_canonical_json(summary[name]) for name in _SUMMARY_LISTS),
         summary["created_at"],
-    )  # fmt: skip
+    )
 
 
 def _settle_summary_chain(state: _Import) -> None:
@@ -1481,7 +2034,8 @@ def _settle_summary_chain(state: _Import) -> None:
         while True:
             cursor.execute(
                 """
-                SELECT s.source_id, CASE WHEN s.parent_summary_id IS NOT NULL AND p.id IS NULL AND q.id IS NULL
+                SELECT s.source_id,
+                       CASE WHEN s.parent_summary_id IS NOT NULL AND p.id IS NULL AND q.id IS NULL
                                          THEN 'missing_parent' ELSE 'chain_fork' END
                 FROM ekko_import_summaries s
                 LEFT JOIN ekko_import_summaries q ON q.id = s.parent_summary_id
@@ -1489,7 +2043,8 @@ def _settle_summary_chain(state: _Import) -> None:
                 WHERE (s.parent_summary_id IS NOT NULL AND p.id IS NULL AND q.id IS NULL)
                    OR EXISTS (SELECT 1 FROM memory_memorysummary e
                               WHERE e.tenant_id = %s AND e.workspace_id = %s AND e.session_id = s.session_id
-                                AND e.parent_summary_id IS NOT DISTINCT FROM s.parent_summary_id AND e.id <> s.id)
+                                AND e.parent_summary_id IS NOT DISTINCT FROM s.parent_summary_id
+                                AND e.id <> s.id)
                 """,
                 [state.tenant.pk, state.tenant.pk, state.workspace.pk],
             )
@@ -1511,16 +2066,57 @@ def _settle_summary_chain(state: _Import) -> None:
 # ----- nodes
 
 _NODE_DB_COLUMNS = (
-    "id", "tenant_id", "workspace_id", "user_id", "session_id", "parent_id", "supersedes_id", "scope", "owner_ref",
-    "kind", "item_key", "key", "domain", "category_path", "category_path_text", "type", "value_json", "title",
-    "content", "status", "confidence", "importance", "tags", "entities", "source_message_ids",
-    "explicit_user_intent", "revision", "created_at", "updated_at", "expires_at", "access_count",
-    "last_accessed_at", "search_text", "embedding", "embedding_model",
-)  # fmt: skip
+    "id",
+    "tenant_id",
+    "workspace_id",
+    "user_id",
+    "session_id",
+    "parent_id",
+    "supersedes_id",
+    "scope",
+    "owner_ref",
+    "kind",
+    "item_key",
+    "key",
+    "domain",
+    "category_path",
+    "category_path_text",
+    "type",
+    "value_json",
+    "title",
+    "content",
+    "status",
+    "confidence",
+    "importance",
+    "tags",
+    "entities",
+    "source_message_ids",
+    "explicit_user_intent",
+    "revision",
+    "created_at",
+    "updated_at",
+    "expires_at",
+    "access_count",
+    "last_accessed_at",
+    "search_text",
+    "embedding",
+    "embedding_model",
+)
 _NODE_UPDATED_COLUMNS = tuple(
-    c for c in _NODE_DB_COLUMNS if c not in {"id", "tenant_id", "workspace_id", "created_at", "access_count",
-                                             "last_accessed_at", "embedding", "embedding_model"}
-)  # fmt: skip
+    c
+    for c in _NODE_DB_COLUMNS
+    if c
+    not in {
+        "id",
+        "tenant_id",
+        "workspace_id",
+        "created_at",
+        "access_count",
+        "last_accessed_at",
+        "embedding",
+        "embedding_model",
+    }
+)
 
 
 @dataclass
@@ -1564,26 +2160,74 @@ class _Node:
     def compare_key(self, state: _Import) -> tuple[Any, ...]:
         """Return the values compared with a stored node (_NODE_COMPARED order)."""
         return (
-            self.parent, self.supersedes, self.session_id, state.username(self.user), self.scope, self.domain,
-            _canonical_json(self.category_path), self.type, self.key, _canonical_json(self.value_json), self.title,
-            self.content, self.status, self.confidence, self.importance, _canonical_json(self.tags),
-            _canonical_json(self.entities), _canonical_json(self.source_message_ids), self.created_at,
-            self.expires_at, self.kind, self.item_key, self.explicit_user_intent,
-        )  # fmt: skip
+            self.parent,
+            self.supersedes,
+            self.session_id,
+            state.username(self.user),
+            self.scope,
+            self.domain,
+            _canonical_json(self.category_path),
+            self.type,
+            self.key,
+            _canonical_json(self.value_json),
+            self.title,
+            self.content,
+            self.status,
+            self.confidence,
+            self.importance,
+            _canonical_json(self.tags),
+            _canonical_json(self.entities),
+            _canonical_json(self.source_message_ids),
+            self.created_at,
+            self.expires_at,
+            self.kind,
+            self.item_key,
+            self.explicit_user_intent,
+        )
 
     def db_row(self, state: _Import, action: str) -> tuple[Any, ...]:
         search_text = self.search_text or _node_search_text(
             self.title, self.content, self.tags, self.entities
         )
         return (
-            self.id, state.tenant.pk, state.workspace.pk, self.user, self.session_id, self.parent, self.supersedes,
-            self.scope, self.owner_ref, self.kind, self.item_key, self.key, self.domain, self.texts[0],
-            "/".join(self.category_path), self.type, None if self.value_json is None else self.texts[4],
-            self.title, self.content, self.status, self.confidence, self.importance, self.texts[1], self.texts[2],
-            self.texts[3], self.explicit_user_intent, self.revision, self.created_at, self.updated_at,
-            self.expires_at, self.access_count, self.last_accessed_at, search_text, self.vector, self.vector_model,
-            action, self.source_id,
-        )  # fmt: skip
+            self.id,
+            state.tenant.pk,
+            state.workspace.pk,
+            self.user,
+            self.session_id,
+            self.parent,
+            self.supersedes,
+            self.scope,
+            self.owner_ref,
+            self.kind,
+            self.item_key,
+            self.key,
+            self.domain,
+            self.texts[0],
+            "/".join(self.category_path),
+            self.type,
+            None if self.value_json is None else self.texts[4],
+            self.title,
+            self.content,
+            self.status,
+            self.confidence,
+            self.importance,
+            self.texts[1],
+            self.texts[2],
+            self.texts[3],
+            self.explicit_user_intent,
+            self.revision,
+            self.created_at,
+            self.updated_at,
+            self.expires_at,
+            self.access_count,
+            self.last_accessed_at,
+            search_text,
+            self.vector,
+            self.vector_model,
+            action,
+            self.source_id,
+        )
 
 
 def _import_nodes(state: _Import) -> None:
@@ -1591,18 +2235,31 @@ def _import_nodes(state: _Import) -> None:
     sql = _with_vectors(state, "memory_nodes", "memory_embeddings", "node_id")
     previous_versions: dict[uuid.UUID, dict[str, Any]] = {}
     for chunk in _read_chunks(state, "memory_nodes", sql, "nodes"):
+        verified, chunk = _split_verified(state, "memory_nodes", NODE_COLUMNS, chunk)
+        fast_rows = [_node_fast(state, row) for row in verified]
         incoming = [_node_in(state, row) for row in chunk]
         ids = [n.id for n in incoming]
-        existing = {} if state.fresh else {
-            values[0]: values[1:]
-            for values in MemoryNode.objects.filter(tenant=tenant, pk__in=ids)
-            .values_list("id", *_NODE_STORED, *_NODE_COMPARED)
-        }  # fmt: skip
+        existing = (
+            {}
+            if state.fresh
+            else {
+                values[0]: values[1:]
+                for values in MemoryNode.objects.filter(tenant=tenant, pk__in=ids).values_list(
+                    "id", *_NODE_STORED, *_NODE_COMPARED
+                )
+            }
+        )
         missing = [i for i in ids if i not in existing]
-        forgotten = set() if state.fresh else set(
-            MemoryAuditEvent.objects.filter(tenant=tenant, node_id__in=missing).values_list("node_id", flat=True)
-        )  # fmt: skip
-        staged = []
+        forgotten = (
+            set()
+            if state.fresh
+            else set(
+                MemoryAuditEvent.objects.filter(tenant=tenant, node_id__in=missing).values_list(
+                    "node_id", flat=True
+                )
+            )
+        )
+        staged = fast_rows
         for node in incoming:
             if node.id in forgotten:
                 state.nodes_not_imported.add(node.id)
@@ -1655,7 +2312,7 @@ def _import_nodes(state: _Import) -> None:
                 "previous": _node_json(previous, stored_updated_at),
             }
             staged.append(node.db_row(state, "update"))
-        _copy_rows("ekko_import_nodes", (*_NODE_DB_COLUMNS, "import_action", "source_id"), staged)
+        _copy_rows(state, "ekko_import_nodes", (*_NODE_DB_COLUMNS, "import_action", "source_id"), staged)
     _analyze("ekko_import_nodes")
     _settle_node_slots(state)
     _apply_staged_nodes(state, previous_versions)
@@ -1682,42 +2339,75 @@ def _node_in(state: _Import, row: _Row) -> _Node:
     vector, vector_model = row.vector(state)
     renames = state.message_renames
     sources = row.json_strings("source_message_ids_json", _MAX["message_id"])
-    texts = [row.values.get(c) or "[]" for c in ("category_path_json", "tags_json", "entities_json",
-                                                  "source_message_ids_json")]  # fmt: skip
-    texts.append(row.values.get("value_json") or "null")
     if renames and any(i in renames for i in sources):
         sources = [renames.get(i, i) for i in sources]
-        texts[3] = _json_text(sources)
+    texts = [
+        _pg_array(category_path),
+        _pg_array(tags),
+        _pg_array(entities),
+        _pg_array(sources),
+        row.values.get("value_json") or "null",
+    ]
     return _Node(
-        id=state.node_map.get(source_id) or state.target_uuid(source_id), source_id=source_id,
+        id=state.node_map.get(source_id) or state.target_uuid(source_id),
+        source_id=source_id,
         parent=state.link_uuid(row.text("parent_id", required=False), state.node_map),
         supersedes=state.link_uuid(row.text("supersedes_id", required=False), state.node_map),
-        session_id=session_id, user=user, scope=scope, domain=row.text("domain", max_length=_MAX["domain"]),
-        category_path=category_path, type=row.choice("type", _NODE_TYPES), key=key,
-        value_json=row.json("value_json"), title=title, content=content, status=row.choice("status", _STATUSES),
-        confidence=row.number("confidence"), importance=row.number("importance"), tags=tags, entities=entities,
-        source_message_ids=sources, texts=texts,
-        created_at=row.timestamp("created_at"), updated_at=row.timestamp("updated_at"),
-        expires_at=row.timestamp("expires_at", required=False), revision=row.integer("revision", default=1, low=1),
-        kind=row.text("kind", required=False, max_length=_MAX["kind"]) or key.split(":", 1)[0][: _MAX["kind"]],
+        session_id=session_id,
+        user=user,
+        scope=scope,
+        domain=row.text("domain", max_length=_MAX["domain"]),
+        category_path=category_path,
+        type=row.choice("type", _NODE_TYPES),
+        key=key,
+        value_json=row.json("value_json"),
+        title=title,
+        content=content,
+        status=row.choice("status", _STATUSES),
+        confidence=row.number("confidence"),
+        importance=row.number("importance"),
+        tags=tags,
+        entities=entities,
+        source_message_ids=sources,
+        texts=texts,
+        created_at=row.timestamp("created_at"),
+        updated_at=row.timestamp("updated_at"),
+        expires_at=row.timestamp("expires_at", required=False),
+        revision=row.integer("revision", default=1, low=1),
+        kind=row.text("kind", required=False, max_length=_MAX["kind"])
+        or key.split(":", 1)[0][: _MAX["kind"]],
         item_key=row.text("item_key", required=False, max_length=_MAX["item_key"]),
         explicit_user_intent=bool(row.integer("explicit_user_intent", high=1)),
-        access_count=row.integer("access_count"), last_accessed_at=row.timestamp("last_accessed_at", required=False),
-        search_text=search_text, vector=vector, vector_model=vector_model,
-        owner_ref=owner_ref(scope=scope, workspace_id=state.workspace.pk, session_id=session_id, user_id=user),
-    )  # fmt: skip
+        access_count=row.integer("access_count"),
+        last_accessed_at=row.timestamp("last_accessed_at", required=False),
+        search_text=search_text,
+        vector=vector,
+        vector_model=vector_model,
+        owner_ref=owner_ref(
+            scope=scope, workspace_id=state.workspace.pk, session_id=session_id, user_id=user
+        ),
+    )
 
 
 def _node_json(previous: dict[str, Any], updated_at: datetime) -> dict[str, Any]:
     """Return the API-shaped previous values of a node, kept in the import's update audit event."""
     return {
-        "title": previous["title"], "content": previous["content"], "status": previous["status"],
-        "valueJson": previous["value_json"], "scope": previous["scope"], "key": previous["key"],
-        "confidence": previous["confidence"], "importance": previous["importance"], "tags": previous["tags"],
-        "entities": previous["entities"], "sourceMessageIds": previous["source_message_ids"],
-        "expiresAt": iso_utc(previous["expires_at"]), "supersedesId": _str_or_none(previous["supersedes_id"]),
-        "parentId": _str_or_none(previous["parent_id"]), "updatedAt": iso_utc(updated_at),
-    }  # fmt: skip
+        "title": previous["title"],
+        "content": previous["content"],
+        "status": previous["status"],
+        "valueJson": previous["value_json"],
+        "scope": previous["scope"],
+        "key": previous["key"],
+        "confidence": previous["confidence"],
+        "importance": previous["importance"],
+        "tags": previous["tags"],
+        "entities": previous["entities"],
+        "sourceMessageIds": previous["source_message_ids"],
+        "expiresAt": iso_utc(previous["expires_at"]),
+        "supersedesId": _str_or_none(previous["supersedes_id"]),
+        "parentId": _str_or_none(previous["parent_id"]),
+        "updatedAt": iso_utc(updated_at),
+    }
 
 
 def _settle_node_slots(state: _Import) -> None:
@@ -1748,7 +2438,8 @@ def _settle_node_slots(state: _Import) -> None:
         cursor.execute(
             """
             SELECT s.id, s.source_id, s.import_action, n.id,
-                   s.title = n.title AND s.content = n.content AND s.value_json::jsonb IS NOT DISTINCT FROM n.value_json
+                   s.title = n.title AND s.content = n.content
+                   AND s.value_json::jsonb IS NOT DISTINCT FROM n.value_json
             FROM ekko_import_nodes s
             JOIN memory_memorynode n ON n.tenant_id = %s AND n.status = 'active' AND n.scope = s.scope
                  AND n.owner_ref = s.owner_ref AND n.key = s.key AND n.id <> s.id
@@ -1788,19 +2479,35 @@ def _settle_node_slots(state: _Import) -> None:
                 UPDATE ekko_import_nodes s SET {link} = NULL
                 WHERE {link} IS NOT NULL
                   AND NOT EXISTS (SELECT 1 FROM ekko_import_nodes x WHERE x.id = s.{link})
-                  AND NOT EXISTS (SELECT 1 FROM memory_memorynode n WHERE n.id = s.{link} AND n.tenant_id = %s)
+                  AND NOT EXISTS (SELECT 1 FROM memory_memorynode n
+                                  WHERE n.id = s.{link} AND n.tenant_id = %s)
                 """,
                 [tenant_id],
             )
             dropped += cursor.rowcount
         if dropped:
             state.report.warnings.append(
-                f"{dropped} link(s) (parentId/supersedesId) pointed at nodes that are neither in the file nor in "
+                f"{dropped} link(s) (parentId/supersedesId) pointed at nodes that are neither in the file "
+                "nor in "
                 "this tenant; they were cleared."
             )
 
 
 def _apply_staged_nodes(state: _Import, previous_versions: dict[uuid.UUID, dict[str, Any]]) -> None:
+    if state.fresh:
+        # Only inserts: count vectors from the staged rows and let the insert run while the events are read.
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT id, embedding IS NOT NULL FROM ekko_import_nodes")
+            staged = cursor.fetchall()
+        state.nodes_to_embed = [str(node_id) for node_id, has_vector in staged if not has_vector]
+        _count_vectors(state, len(staged) - len(state.nodes_to_embed), len(state.nodes_to_embed))
+
+        def done(count: int) -> None:
+            state.report.imported.nodes += count
+
+        sql = _insert_staged_sql("ekko_import_nodes", "memory_memorynode", _NODE_DB_COLUMNS)
+        state.pending = _Background(sql, on_done=done)
+        return
     assignments = ", ".join(f"{c} = {_staged_value('memory_memorynode', c)}" for c in _NODE_UPDATED_COLUMNS)
     with connection.cursor() as cursor:
         # Nodes leaving a slot are updated before nodes entering one, so the one-active-per-slot index holds.
@@ -1819,18 +2526,10 @@ def _apply_staged_nodes(state: _Import, previous_versions: dict[uuid.UUID, dict[
                 [state.tenant.pk],
             )
             state.report.updated.nodes += cursor.rowcount
-    # Inactive rows first: a file's active node may supersede one of them.
+    # One statement: links between new rows are fine (foreign keys are checked at its end at the earliest)
+    # and no two of them hold the same active slot (settled above).
     state.report.imported.nodes += _move_staged(
-        "ekko_import_nodes",
-        "memory_memorynode",
-        _NODE_DB_COLUMNS,
-        "import_action = 'insert' AND status <> 'active'",
-    )
-    state.report.imported.nodes += _move_staged(
-        "ekko_import_nodes",
-        "memory_memorynode",
-        _NODE_DB_COLUMNS,
-        "import_action = 'insert' AND status = 'active'",
+        "ekko_import_nodes", "memory_memorynode", _NODE_DB_COLUMNS, "import_action = 'insert'"
     )
     with connection.cursor() as cursor:
         cursor.execute(
@@ -1844,7 +2543,8 @@ def _apply_staged_nodes(state: _Import, previous_versions: dict[uuid.UUID, dict[
         state.nodes_to_embed = [str(node_id) for node_id, _, unembedded in written if unembedded]
         _count_vectors(state, sum(reused for _, reused, _ in written), len(state.nodes_to_embed))
         cursor.execute(
-            "SELECT id, session_id, user_id FROM ekko_import_nodes WHERE import_action = 'update' ORDER BY source_id"
+            "SELECT id, session_id, user_id FROM ekko_import_nodes WHERE import_action = 'update' "
+            "ORDER BY source_id"
         )
         updated = cursor.fetchall()
     MemoryAuditEvent.objects.bulk_create(
@@ -1870,26 +2570,50 @@ def _apply_staged_nodes(state: _Import, previous_versions: dict[uuid.UUID, dict[
 # ----- audit events
 
 _AUDIT_DB_COLUMNS = (
-    "id", "tenant_id", "workspace_id", "event_type", "node_id", "session_id", "user_id", "actor", "reason",
-    "payload", "created_at",
-)  # fmt: skip
+    "id",
+    "tenant_id",
+    "workspace_id",
+    "event_type",
+    "node_id",
+    "session_id",
+    "user_id",
+    "actor",
+    "reason",
+    "payload",
+    "created_at",
+)
 
 
 def _import_audit_events(state: _Import) -> None:
     ws, tenant = state.workspace, state.tenant
     sql = "SELECT * FROM memory_audit_events ORDER BY rowid"
+    held: list[tuple[Any, ...]] = []
     for chunk in _read_chunks(state, "memory_audit_events", sql, "audit events"):
+        verified, chunk = _split_verified(state, "memory_audit_events", AUDIT_COLUMNS, chunk)
+        fast_rows = [event for event in (_audit_fast(state, row) for row in verified) if event is not None]
+        state.report.skipped.audit_events += len(verified) - len(fast_rows)
         incoming = [_audit_in(state, row) for row in chunk]
         ids = [e["id"] for e in incoming]
-        existing = {} if state.fresh else {
-            values[0]: _stored_key(values[1:], [6])
-            for values in _audit_events_of(tenant, ws).filter(pk__in=ids).values_list("id", *_AUDIT_COMPARED)
-        }  # fmt: skip
-        elsewhere = set() if state.fresh else set(
-            MemoryAuditEvent.objects.filter(tenant=tenant, pk__in=ids).exclude(pk__in=list(existing))
-            .values_list("id", flat=True)
-        )  # fmt: skip
-        staged = []
+        existing = (
+            {}
+            if state.fresh
+            else {
+                values[0]: _stored_key(values[1:], [6])
+                for values in _audit_events_of(tenant, ws)
+                .filter(pk__in=ids)
+                .values_list("id", *_AUDIT_COMPARED)
+            }
+        )
+        elsewhere = (
+            set()
+            if state.fresh
+            else set(
+                MemoryAuditEvent.objects.filter(tenant=tenant, pk__in=ids)
+                .exclude(pk__in=list(existing))
+                .values_list("id", flat=True)
+            )
+        )
+        staged = fast_rows
         for event in incoming:
             stored = existing.get(event["id"])
             if stored is not None or event["id"] in elsewhere:
@@ -1907,13 +2631,27 @@ def _import_audit_events(state: _Import) -> None:
                 # History of a card that was not imported (conflict, duplicate or forgotten) stays out.
                 state.report.skipped.audit_events += 1
                 continue
-            staged.append((
-                event["id"], tenant.pk, ws.pk, event["event_type"], event["node_id"], event["session_id"],
-                event["user"], event["actor"], event["reason"],
-                None if event["payload"] is None else event["payload_text"], event["created_at"],
-            ))  # fmt: skip
-        _copy_rows("ekko_import_events", _AUDIT_DB_COLUMNS, staged)
+            staged.append(
+                (
+                    event["id"],
+                    tenant.pk,
+                    ws.pk,
+                    event["event_type"],
+                    event["node_id"],
+                    event["session_id"],
+                    event["user"],
+                    event["actor"],
+                    event["reason"],
+                    None if event["payload"] is None else event["payload_text"],
+                    event["created_at"],
+                )
+            )
+        if state.fresh:
+            held.extend(staged)  # the nodes' insert may still be running; staged once it is done
+        else:
+            _copy_rows(state, "ekko_import_events", _AUDIT_DB_COLUMNS, staged)
         state.report.imported.audit_events += len(staged)
+    _copy_rows(state, "ekko_import_events", _AUDIT_DB_COLUMNS, held)
     _move_staged("ekko_import_events", "memory_memoryauditevent", _AUDIT_DB_COLUMNS)
 
 
@@ -1921,19 +2659,31 @@ def _audit_in(state: _Import, row: _Row) -> dict[str, Any]:
     source_id = row.text("id")
     source_node = row.text("node_id", required=False)
     return {
-        "id": state.target_uuid(source_id), "source_id": source_id,
+        "id": state.target_uuid(source_id),
+        "source_id": source_id,
         "event_type": row.choice("event_type", _EVENT_TYPES),
         # Events outlive their nodes, so an event's node id is mapped even when the node is not in the file.
-        "node_id": None if source_node is None else state.node_map.get(source_node) or state.target_uuid(source_node),
+        "node_id": None
+        if source_node is None
+        else state.node_map.get(source_node) or state.target_uuid(source_node),
         "session_id": row.text("session_id", required=False, max_length=_MAX["session_id"]),
-        "user": state.user_id(row), "actor": row.text("actor", max_length=_MAX["actor"]),
-        "reason": row.text("reason"), "payload": row.json("payload_json"),
-        "payload_text": row.values.get("payload_json"), "created_at": row.timestamp("created_at"),
-    }  # fmt: skip
+        "user": state.user_id(row),
+        "actor": row.text("actor", max_length=_MAX["actor"]),
+        "reason": row.text("reason"),
+        "payload": row.json("payload_json"),
+        "payload_text": row.values.get("payload_json"),
+        "created_at": row.timestamp("created_at"),
+    }
 
 
 def _audit_key(state: _Import, event: dict[str, Any]) -> tuple[Any, ...]:
     return (
-        event["event_type"], event["node_id"], event["session_id"], state.username(event["user"]), event["actor"],
-        event["reason"], _canonical_json(event["payload"]), event["created_at"],
-    )  # fmt: skip
+        event["event_type"],
+        event["node_id"],
+        event["session_id"],
+        state.username(event["user"]),
+        event["actor"],
+        event["reason"],
+        _canonical_json(event["payload"]),
+        event["created_at"],
+    )

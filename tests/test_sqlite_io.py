@@ -16,8 +16,8 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
-from django.test import override_settings
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from memory.models import MemoryAuditEvent, MemoryMessage, MemoryNode, MemorySummary
 from memory.sqlite_io import (
@@ -30,14 +30,14 @@ from memory.sqlite_io import (
 from memory.text import segment_for_search
 from memory.visibility import owner_ref
 from tenants.context import tenant_context
-from tenants.models import Membership, Role, Tenant, Workspace
+from tenants.models import Role, Tenant, Workspace
 from tenants.services import membership_set, tenant_create, workspace_create
 
 T0 = datetime(2025, 3, 1, 8, 30, 0, 123456, tzinfo=UTC)
 MODEL = "usem3-multilingual-v3"
 
 
-# --------------------------------------------------------------------------- builders (ORM, inside tenant_context)
+# ------------------------------------------------------------------ builders (ORM, inside tenant_context)
 
 
 def default_workspace(tenant: Tenant) -> Workspace:
@@ -63,23 +63,56 @@ class Builder:
         self.clock += timedelta(seconds=7, microseconds=1)
         return self.clock
 
-    def message(self, content: str, *, session: str = "s1", message_id: str | None = None, role: str = "user",
-                user=None, parent_id: str | None = None, embedding: list[float] | None = None) -> MemoryMessage:  # noqa: ANN001
+    def message(
+        self,
+        content: str,
+        *,
+        session: str = "s1",
+        message_id: str | None = None,
+        role: str = "user",
+        user=None,
+        parent_id: str | None = None,
+        embedding: list[float] | None = None,
+    ) -> MemoryMessage:  # noqa: ANN001
         self.counter += 1
         with tenant_context(self.tenant):
             return MemoryMessage.objects.create(
-                tenant=self.tenant, workspace=self.workspace, message_id=message_id or f"m{self.counter}",
-                session_id=session, role=role, content=content, created_at=self.tick(), user=user,
-                parent_id=parent_id, metadata={"lang": "zh", "n": self.counter}, token_count=len(content),
-                search_text=segment_for_search(content), embedding=embedding,
+                tenant=self.tenant,
+                workspace=self.workspace,
+                message_id=message_id or f"m{self.counter}",
+                session_id=session,
+                role=role,
+                content=content,
+                created_at=self.tick(),
+                user=user,
+                parent_id=parent_id,
+                metadata={"lang": "zh", "n": self.counter},
+                token_count=len(content),
+                search_text=segment_for_search(content),
+                embedding=embedding,
                 embedding_model=MODEL if embedding is not None else "",
             )
 
-    def node(self, title: str, content: str, *, key: str | None = None, scope: str = "workspace",
-             status: str = "active", user=None, session: str | None = None, supersedes: MemoryNode | None = None,  # noqa: ANN001
-             parent: MemoryNode | None = None, revision: int = 1, tags: list[str] | None = None,
-             entities: list[str] | None = None, sources: list[str] | None = None, value=None,  # noqa: ANN001
-             expires_at: datetime | None = None, embedding: list[float] | None = None) -> MemoryNode:
+    def node(
+        self,
+        title: str,
+        content: str,
+        *,
+        key: str | None = None,
+        scope: str = "workspace",
+        status: str = "active",
+        user=None,
+        session: str | None = None,
+        supersedes: MemoryNode | None = None,  # noqa: ANN001
+        parent: MemoryNode | None = None,
+        revision: int = 1,
+        tags: list[str] | None = None,
+        entities: list[str] | None = None,
+        sources: list[str] | None = None,
+        value=None,  # noqa: ANN001
+        expires_at: datetime | None = None,
+        embedding: list[float] | None = None,
+    ) -> MemoryNode:
         self.counter += 1
         tags = tags if tags is not None else ["饮食", "cooking"]
         entities = entities if entities is not None else ["厨房"]
@@ -87,37 +120,83 @@ class Builder:
         created = self.tick()
         with tenant_context(self.tenant):
             node = MemoryNode.objects.create(
-                tenant=self.tenant, workspace=self.workspace, user=user, session_id=session,
-                parent=parent, supersedes=supersedes, scope=scope,
-                owner_ref=owner_ref(scope=scope, workspace_id=self.workspace.pk, session_id=session,
-                                    user_id=user.pk if user else None),
-                kind="food_avoidance", item_key=f"item{self.counter}", key=key or f"avoid_ingredient:item{self.counter}",
-                domain="生活技能", category_path=path, category_path_text="/".join(path), type="preference",
-                value_json=value if value is not None else {"ingredient": title, "n": self.counter}, title=title,
-                content=content, status=status, confidence=0.9, importance=0.6, tags=tags, entities=entities,
-                source_message_ids=sources or [], explicit_user_intent=True, revision=revision, created_at=created,
-                updated_at=created + timedelta(seconds=1), expires_at=expires_at, access_count=self.counter,
-                last_accessed_at=created, search_text=segment_for_search(title, content, *tags, *entities),
-                embedding=embedding, embedding_model=MODEL if embedding is not None else "",
+                tenant=self.tenant,
+                workspace=self.workspace,
+                user=user,
+                session_id=session,
+                parent=parent,
+                supersedes=supersedes,
+                scope=scope,
+                owner_ref=owner_ref(
+                    scope=scope,
+                    workspace_id=self.workspace.pk,
+                    session_id=session,
+                    user_id=user.pk if user else None,
+                ),
+                kind="food_avoidance",
+                item_key=f"item{self.counter}",
+                key=key or f"avoid_ingredient:item{self.counter}",
+                domain="生活技能",
+                category_path=path,
+                category_path_text="/".join(path),
+                type="preference",
+                value_json=value if value is not None else {"ingredient": title, "n": self.counter},
+                title=title,
+                content=content,
+                status=status,
+                confidence=0.9,
+                importance=0.6,
+                tags=tags,
+                entities=entities,
+                source_message_ids=sources or [],
+                explicit_user_intent=True,
+                revision=revision,
+                created_at=created,
+                updated_at=created + timedelta(seconds=1),
+                expires_at=expires_at,
+                access_count=self.counter,
+                last_accessed_at=created,
+                search_text=segment_for_search(title, content, *tags, *entities),
+                embedding=embedding,
+                embedding_model=MODEL if embedding is not None else "",
             )
         self.nodes.append(node)
         return node
 
-    def summary(self, text: str, *, parent: MemorySummary | None = None, session: str = "s1") -> MemorySummary:
+    def summary(
+        self, text: str, *, parent: MemorySummary | None = None, session: str = "s1"
+    ) -> MemorySummary:
         with tenant_context(self.tenant):
             return MemorySummary.objects.create(
-                tenant=self.tenant, workspace=self.workspace, session_id=session, parent_summary=parent,
-                from_message_id="m1", to_message_id="m2", summary=text, current_goal="做一顿晚饭",
-                constraints=["不要香菜"], preferences=["少辣"], decisions=[], completed_work=["买菜"],
-                pending_work=["炒菜"], known_issues=[], created_at=self.tick(),
+                tenant=self.tenant,
+                workspace=self.workspace,
+                session_id=session,
+                parent_summary=parent,
+                from_message_id="m1",
+                to_message_id="m2",
+                summary=text,
+                current_goal="做一顿晚饭",
+                constraints=["不要香菜"],
+                preferences=["少辣"],
+                decisions=[],
+                completed_work=["买菜"],
+                pending_work=["炒菜"],
+                known_issues=[],
+                created_at=self.tick(),
             )
 
     def event(self, node_id: uuid.UUID, event_type: str = "create", *, payload=None) -> MemoryAuditEvent:  # noqa: ANN001
         with tenant_context(self.tenant):
             return MemoryAuditEvent.objects.create(
-                tenant=self.tenant, workspace=self.workspace, event_type=event_type, node_id=node_id,
-                session_id="s1", actor="api_key:ekko_abc", reason="用户要求记住",
-                payload=payload if payload is not None else {"title": "x"}, created_at=self.tick(),
+                tenant=self.tenant,
+                workspace=self.workspace,
+                event_type=event_type,
+                node_id=node_id,
+                session_id="s1",
+                actor="api_key:ekko_abc",
+                reason="用户要求记住",
+                payload=payload if payload is not None else {"title": "x"},
+                created_at=self.tick(),
             )
 
 
@@ -130,15 +209,47 @@ def sample_workspace(tenant: Tenant, workspace: Workspace | None = None) -> Buil
     """A small workspace with every status, a supersede chain, evidence, a summary chain and audit events."""
     b = Builder(tenant, workspace or default_workspace(tenant))
     m1 = b.message("我不吃香菜，以后做饭都别放。", message_id="m1")
-    b.message("好的，记住了：不放香菜。", message_id="m2", role="assistant", parent_id="m1", embedding=unit_vector(1))
-    old = b.node("不吃香菜", "用户不吃香菜", key="avoid_ingredient:香菜", status="superseded", sources=[m1.message_id],
-                 embedding=unit_vector(2))
-    new = b.node("不吃香菜（确认）", "用户明确说不吃香菜，做饭时不要放", key="avoid_ingredient:香菜",
-                 supersedes=old, revision=2, sources=[m1.message_id], embedding=unit_vector(3))
-    b.node("Prefers PostgreSQL", "The project deploys on PostgreSQL 16 with pgvector", status="active",
-           tags=["db"], entities=["PostgreSQL"], parent=new, value="postgres")
-    b.node("临时：今天加班", "今天加班到很晚", scope="session", session="s1", status="expired",
-           expires_at=T0 + timedelta(hours=5))
+    b.message(
+        "好的，记住了：不放香菜。",
+        message_id="m2",
+        role="assistant",
+        parent_id="m1",
+        embedding=unit_vector(1),
+    )
+    old = b.node(
+        "不吃香菜",
+        "用户不吃香菜",
+        key="avoid_ingredient:香菜",
+        status="superseded",
+        sources=[m1.message_id],
+        embedding=unit_vector(2),
+    )
+    new = b.node(
+        "不吃香菜（确认）",
+        "用户明确说不吃香菜，做饭时不要放",
+        key="avoid_ingredient:香菜",
+        supersedes=old,
+        revision=2,
+        sources=[m1.message_id],
+        embedding=unit_vector(3),
+    )
+    b.node(
+        "Prefers PostgreSQL",
+        "The project deploys on PostgreSQL 16 with pgvector",
+        status="active",
+        tags=["db"],
+        entities=["PostgreSQL"],
+        parent=new,
+        value="postgres",
+    )
+    b.node(
+        "临时：今天加班",
+        "今天加班到很晚",
+        scope="session",
+        session="s1",
+        status="expired",
+        expires_at=T0 + timedelta(hours=5),
+    )
     b.node("旧的偏好", "已经删除的偏好", status="deleted")
     first = b.summary("用户不吃香菜")
     b.summary("用户确认了不吃香菜", parent=first)
@@ -164,8 +275,10 @@ def rows(path: Path, table: str, order: str = "id") -> list[dict]:
 def counts(tenant: Tenant) -> dict[str, int]:
     with tenant_context(tenant):
         return {
-            "messages": MemoryMessage.objects.count(), "summaries": MemorySummary.objects.count(),
-            "nodes": MemoryNode.objects.count(), "events": MemoryAuditEvent.objects.count(),
+            "messages": MemoryMessage.objects.count(),
+            "summaries": MemorySummary.objects.count(),
+            "nodes": MemoryNode.objects.count(),
+            "events": MemoryAuditEvent.objects.count(),
         }
 
 
@@ -184,16 +297,18 @@ def test_export_writes_seed_tables_with_key_revision_and_json_arrays(tenant_a, t
     assert first["category_path_text"] == "生活技能/做饭/饮食偏好"
     assert json.loads(first["tags_json"]) == ["饮食", "cooking"]
     assert json.loads(first["source_message_ids_json"]) == ["m1"]
-    assert first["created_at"].endswith("Z") and datetime.fromisoformat(first["created_at"]) == T0 + timedelta(
-        seconds=21, microseconds=3)
+    assert first["created_at"].endswith("Z") and datetime.fromisoformat(
+        first["created_at"]
+    ) == T0 + timedelta(seconds=21, microseconds=3)
     assert first["workspace_id"] == str(b.workspace.pk)
     assert nodes[1]["supersedes_id"] == first["id"]
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT max(version) FROM memory_schema_migrations").fetchone()[0] == FORMAT_VERSION
         assert db.execute("PRAGMA user_version").fetchone()[0] == FORMAT_VERSION
         assert db.execute("SELECT count(*) FROM memory_embeddings").fetchone()[0] == 2
-        model, dim, blob = db.execute("SELECT model, dim, vector FROM memory_embeddings WHERE node_id = ?",
-                                      (first["id"],)).fetchone()
+        model, dim, blob = db.execute(
+            "SELECT model, dim, vector FROM memory_embeddings WHERE node_id = ?", (first["id"],)
+        ).fetchone()
     assert (model, dim) == (MODEL, 512)
     assert np.allclose(np.frombuffer(blob, dtype="<f4"), unit_vector(2))
     assert len(rows(path, "memory_messages")) == 2
@@ -205,11 +320,16 @@ def test_plain_sqlite3_full_text_search_finds_a_chinese_word(tenant_a, tmp_path)
     b = sample_workspace(tenant_a)
     path = export(tenant_a, b.workspace, tmp_path)
     with sqlite3.connect(path) as db:
-        found = {title for (title,) in db.execute(
-            "SELECT n.title FROM memory_nodes_fts f JOIN memory_nodes n ON n.id = f.node_id "
-            "WHERE memory_nodes_fts MATCH '香菜'"
-        )}
-        english = db.execute("SELECT count(*) FROM memory_nodes_fts WHERE memory_nodes_fts MATCH 'postgresql'")
+        found = {
+            title
+            for (title,) in db.execute(
+                "SELECT n.title FROM memory_nodes_fts f JOIN memory_nodes n ON n.id = f.node_id "
+                "WHERE memory_nodes_fts MATCH '香菜'"
+            )
+        }
+        english = db.execute(
+            "SELECT count(*) FROM memory_nodes_fts WHERE memory_nodes_fts MATCH 'postgresql'"
+        )
         assert english.fetchone()[0] == 1
     assert found == {"不吃香菜", "不吃香菜（确认）"}
 
@@ -232,7 +352,9 @@ def test_export_of_a_workspace_of_another_tenant_is_not_found(tenant_a, tenant_b
     from memory.errors import NotFound
 
     with pytest.raises(NotFound):
-        workspace_export_sqlite(tenant=tenant_a, workspace=default_workspace(tenant_b), path=tmp_path / "x.sqlite")
+        workspace_export_sqlite(
+            tenant=tenant_a, workspace=default_workspace(tenant_b), path=tmp_path / "x.sqlite"
+        )
     assert not (tmp_path / "x.sqlite").exists()
 
 
@@ -247,9 +369,21 @@ def test_hard_forgotten_rows_never_appear_in_an_export(tenant_a, tmp_path):
     path = export(tenant_a, b.workspace, tmp_path)
     assert b"forget-me-unique-text" not in path.read_bytes()
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT count(*) FROM memory_nodes WHERE id = ?", (str(gone.id),)).fetchone()[0] == 0
-        assert db.execute("SELECT count(*) FROM memory_embeddings WHERE node_id = ?", (str(gone.id),)).fetchone()[0] == 0
-        assert db.execute("SELECT count(*) FROM memory_nodes_fts WHERE memory_nodes_fts MATCH 'forget'").fetchone()[0] == 0
+        assert (
+            db.execute("SELECT count(*) FROM memory_nodes WHERE id = ?", (str(gone.id),)).fetchone()[0] == 0
+        )
+        assert (
+            db.execute(
+                "SELECT count(*) FROM memory_embeddings WHERE node_id = ?", (str(gone.id),)
+            ).fetchone()[0]
+            == 0
+        )
+        assert (
+            db.execute(
+                "SELECT count(*) FROM memory_nodes_fts WHERE memory_nodes_fts MATCH 'forget'"
+            ).fetchone()[0]
+            == 0
+        )
 
 
 # --------------------------------------------------------------------------- import: round trips
@@ -278,7 +412,12 @@ def test_round_trip_into_the_same_emptied_workspace_gives_identical_rows(tenant_
     b = sample_workspace(tenant_a)
     first = export(tenant_a, b.workspace, tmp_path, "first.sqlite")
     with tenant_context(tenant_a), connection.cursor() as cursor:
-        for table in ("memory_memoryauditevent", "memory_memorysummary", "memory_memorynode", "memory_memorymessage"):
+        for table in (
+            "memory_memoryauditevent",
+            "memory_memorysummary",
+            "memory_memorynode",
+            "memory_memorymessage",
+        ):
             cursor.execute(f"DELETE FROM {table} WHERE workspace_id = %s", [b.workspace.pk])
     report = workspace_import_sqlite(tenant=tenant_a, workspace=b.workspace, path=first)
     assert report.mode == "same_workspace"
@@ -304,8 +443,10 @@ def test_a_node_changed_in_the_file_becomes_a_new_revision_with_an_import_audit_
     path = export(tenant_a, b.workspace, tmp_path)
     target = b.nodes[2]  # "Prefers PostgreSQL", revision 1
     with sqlite3.connect(path) as db:
-        db.execute("UPDATE memory_nodes SET content = ?, search_text = 'stale' WHERE id = ?",
-                   ("Deploys on PostgreSQL 17 now", str(target.id)))
+        db.execute(
+            "UPDATE memory_nodes SET content = ?, search_text = 'stale' WHERE id = ?",
+            ("Deploys on PostgreSQL 17 now", str(target.id)),
+        )
     report = workspace_import_sqlite(tenant=tenant_a, workspace=b.workspace, path=path, actor="user:alice")
     assert report.updated.nodes == 1 and report.skipped.nodes == 4 and report.conflicts == []
     with tenant_context(tenant_a):
@@ -325,11 +466,14 @@ def test_a_stale_file_revision_is_a_conflict_and_the_stored_node_wins(tenant_a, 
     with tenant_context(tenant_a):
         MemoryNode.objects.filter(pk=target.id).update(content="changed on the server", revision=3)
     with sqlite3.connect(path) as db:
-        db.execute("UPDATE memory_nodes SET content = 'changed on the laptop', revision = 2 WHERE id = ?",
-                   (str(target.id),))
+        db.execute(
+            "UPDATE memory_nodes SET content = 'changed on the laptop', revision = 2 WHERE id = ?",
+            (str(target.id),),
+        )
     report = workspace_import_sqlite(tenant=tenant_a, workspace=b.workspace, path=path)
     assert [(c["table"], c["id"], c["reason"]) for c in report.conflicts] == [
-        ("nodes", str(target.id), "stale_revision")]
+        ("nodes", str(target.id), "stale_revision")
+    ]
     with tenant_context(tenant_a):
         assert MemoryNode.objects.get(pk=target.id).content == "changed on the server"
 
@@ -340,14 +484,19 @@ def test_new_rows_made_on_a_laptop_are_added_with_their_ids(tenant_a, tmp_path):
     head = b.nodes[1]
     new_id = str(uuid.uuid4())
     with sqlite3.connect(path) as db:
-        db.execute("INSERT INTO memory_messages (id, session_id, role, content, created_at) VALUES "
-                   "('laptop-1', 's9', 'user', '以后都少放辣', '2025-04-01T10:00:00.000Z')")
-        db.execute("UPDATE memory_nodes SET status = 'superseded', revision = 3 WHERE id = ?", (str(head.id),))
+        db.execute(
+            "INSERT INTO memory_messages (id, session_id, role, content, created_at) VALUES "
+            "('laptop-1', 's9', 'user', '以后都少放辣', '2025-04-01T10:00:00.000Z')"
+        )
+        db.execute(
+            "UPDATE memory_nodes SET status = 'superseded', revision = 3 WHERE id = ?", (str(head.id),)
+        )
         db.execute(
             "INSERT INTO memory_nodes (id, supersedes_id, workspace_id, scope, domain, category_path_json, "
             "category_path_text, type, key, title, content, status, confidence, importance, tags_json, "
-            "source_message_ids_json, created_at, updated_at, revision) VALUES (?, ?, '1', 'workspace', '生活技能', "
-            "'[\"生活技能\"]', '生活技能', 'preference', 'avoid_ingredient:香菜', '香菜也可以', '现在可以吃一点香菜', "
+            "source_message_ids_json, created_at, updated_at, revision) "
+            "VALUES (?, ?, '1', 'workspace', '生活技能', '[\"生活技能\"]', '生活技能', 'preference', "
+            "'avoid_ingredient:香菜', '香菜也可以', '现在可以吃一点香菜', "
             "'active', 0.8, 0.5, '[]', '[\"laptop-1\"]', '2025-04-01T10:00:01Z', '2025-04-01T10:00:01Z', 3)",
             (new_id, str(head.id)),
         )
@@ -430,7 +579,7 @@ def test_vectors_are_reused_only_when_the_model_matches(tenant_a, tenant_b, tmp_
         assert not MemoryNode.objects.filter(embedding__isnull=False).exists()
 
 
-# --------------------------------------------------------------------------- import: refusals (nothing written)
+# --------------------------------------------------------------- import: refusals (nothing written)
 
 
 def _refused(tenant: Tenant, path: Path, match: str) -> None:
@@ -512,22 +661,53 @@ def test_inspect_accepts_a_fresh_export(tenant_a, tmp_path):
     assert info.version == FORMAT_VERSION and info.info["tenant"] == "tenant-a"
 
 
-# --------------------------------------------------------------------------- property: export → import → export
+# --------------------------------------------------------------- property: export → import → export
 
-CHINESE = ["我不吃香菜", "以后做饭少油少辣", "项目必须用 PostgreSQL", "每周五下午开周会", "用户住在杭州",
-           "喜欢川菜但怕辣", "请叫我老王", "部署在阿里云上", "对花生过敏", "明天要交报告"]
-ENGLISH = ["Prefers dark mode", "Deploy with docker compose", "Never use tabs", "Lives in Berlin",
-           "Allergic to peanuts", "Call me Sam", "Ship on Fridays is banned", "Uses pgvector 0.8"]
+CHINESE = [
+    "我不吃香菜",
+    "以后做饭少油少辣",
+    "项目必须用 PostgreSQL",
+    "每周五下午开周会",
+    "用户住在杭州",
+    "喜欢川菜但怕辣",
+    "请叫我老王",
+    "部署在阿里云上",
+    "对花生过敏",
+    "明天要交报告",
+]
+ENGLISH = [
+    "Prefers dark mode",
+    "Deploy with docker compose",
+    "Never use tabs",
+    "Lives in Berlin",
+    "Allergic to peanuts",
+    "Call me Sam",
+    "Ship on Fridays is banned",
+    "Uses pgvector 0.8",
+]
 PEOPLE = ("ana", "bo", "chen")
-plain_text = st.text(st.characters(codec="utf-8", exclude_characters="\x00", exclude_categories=("Cs",)),
-                     max_size=20)
-text = st.one_of(st.sampled_from(CHINESE), st.sampled_from(ENGLISH), plain_text,
-                 st.tuples(st.sampled_from(CHINESE), st.sampled_from(ENGLISH)).map(" ".join))
-short_words = st.lists(st.sampled_from(["香菜", "cooking", "数据库", "deploy", "花生", "家"]), max_size=3, unique=True)
+plain_text = st.text(
+    st.characters(codec="utf-8", exclude_characters="\x00", exclude_categories=("Cs",)), max_size=20
+)
+text = st.one_of(
+    st.sampled_from(CHINESE),
+    st.sampled_from(ENGLISH),
+    plain_text,
+    st.tuples(st.sampled_from(CHINESE), st.sampled_from(ENGLISH)).map(" ".join),
+)
+short_words = st.lists(
+    st.sampled_from(["香菜", "cooking", "数据库", "deploy", "花生", "家"]), max_size=3, unique=True
+)
 json_value = st.recursive(
-    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False, allow_infinity=False) | text,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["spicy", "oil", "城市"]), inner,
-                                                                 max_size=3),
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**6), 10**6)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | text,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(["spicy", "oil", "城市"]), inner, max_size=3)
+    ),
     max_leaves=6,
 )
 moment = st.datetimes(min_value=datetime(2001, 1, 1), max_value=datetime(2090, 1, 1), timezones=st.just(UTC))
@@ -539,37 +719,73 @@ def workspace_plans(draw):  # noqa: ANN001, ANN201
     members = draw(st.lists(st.sampled_from(PEOPLE), unique=True, max_size=3))
     sessions = draw(st.lists(st.sampled_from(["s1", "s2", "会话-3"]), min_size=1, max_size=2, unique=True))
     messages = [
-        {"id": f"m{i}-{draw(st.sampled_from(['a', '消息', 'x/y']))}", "session": draw(st.sampled_from(sessions)),
-         "role": draw(st.sampled_from(["system", "user", "assistant", "tool"])), "content": draw(text),
-         "user": draw(st.sampled_from([None, *members])), "channel": draw(st.sampled_from(["main", "subagent"])),
-         "metadata": draw(st.none() | json_value), "at": draw(moment), "vector": draw(st.booleans())}
+        {
+            "id": f"m{i}-{draw(st.sampled_from(['a', '消息', 'x/y']))}",
+            "session": draw(st.sampled_from(sessions)),
+            "role": draw(st.sampled_from(["system", "user", "assistant", "tool"])),
+            "content": draw(text),
+            "user": draw(st.sampled_from([None, *members])),
+            "channel": draw(st.sampled_from(["main", "subagent"])),
+            "metadata": draw(st.none() | json_value),
+            "at": draw(moment),
+            "vector": draw(st.booleans()),
+        }
         for i in range(draw(st.integers(0, 4)))
     ]
     chains = []
     for c in range(draw(st.integers(1, 4))):
-        scope = draw(st.sampled_from(["workspace", "session", "user"] if members else ["workspace", "session"]))
+        scope = draw(
+            st.sampled_from(["workspace", "session", "user"] if members else ["workspace", "session"])
+        )
         links = []
         for r in range(draw(st.integers(1, 3))):
-            links.append({
-                "title": f"{draw(text)} #{c}.{r}", "content": draw(text), "tags": draw(short_words),
-                "entities": draw(short_words), "value": draw(json_value), "confidence": draw(st.floats(0, 1)),
-                "importance": draw(st.floats(0, 1)), "at": draw(moment),
-                "expires": draw(st.none() | moment), "vector": draw(st.booleans()),
-                "sources": draw(st.lists(st.sampled_from([m["id"] for m in messages]), unique=True, max_size=2))
-                if messages else [],
-                "parent": draw(st.booleans()), "events": draw(st.lists(
-                    st.sampled_from(["create", "update", "supersede", "expire", "delete", "restore"]), max_size=2)),
-            })
-        chains.append({
-            "scope": scope, "key": f"kind{c}:{draw(st.sampled_from(['香菜', 'db', 'city']))}",
-            "session": draw(st.sampled_from(sessions)) if scope == "session" else None,
-            "user": draw(st.sampled_from(members)) if scope == "user" else draw(st.sampled_from([None, *members])),
-            "head": draw(st.sampled_from(["active", "expired", "deleted"])), "links": links,
-        })
+            links.append(
+                {
+                    "title": f"{draw(text)} #{c}.{r}",
+                    "content": draw(text),
+                    "tags": draw(short_words),
+                    "entities": draw(short_words),
+                    "value": draw(json_value),
+                    "confidence": draw(st.floats(0, 1)),
+                    "importance": draw(st.floats(0, 1)),
+                    "at": draw(moment),
+                    "expires": draw(st.none() | moment),
+                    "vector": draw(st.booleans()),
+                    "sources": draw(
+                        st.lists(st.sampled_from([m["id"] for m in messages]), unique=True, max_size=2)
+                    )
+                    if messages
+                    else [],
+                    "parent": draw(st.booleans()),
+                    "events": draw(
+                        st.lists(
+                            st.sampled_from(["create", "update", "supersede", "expire", "delete", "restore"]),
+                            max_size=2,
+                        )
+                    ),
+                }
+            )
+        chains.append(
+            {
+                "scope": scope,
+                "key": f"kind{c}:{draw(st.sampled_from(['香菜', 'db', 'city']))}",
+                "session": draw(st.sampled_from(sessions)) if scope == "session" else None,
+                "user": draw(st.sampled_from(members))
+                if scope == "user"
+                else draw(st.sampled_from([None, *members])),
+                "head": draw(st.sampled_from(["active", "expired", "deleted"])),
+                "links": links,
+            }
+        )
     summaries = {session: draw(st.lists(text, max_size=3)) for session in sessions}
     forgotten = draw(st.integers(0, 2))
-    return {"members": members, "messages": messages, "chains": chains, "summaries": summaries,
-            "forgotten": forgotten}
+    return {
+        "members": members,
+        "messages": messages,
+        "chains": chains,
+        "summaries": summaries,
+        "forgotten": forgotten,
+    }
 
 
 def materialize(plan: dict, tenant: Tenant) -> Workspace:
@@ -584,9 +800,18 @@ def materialize(plan: dict, tenant: Tenant) -> Workspace:
             seed += 1
             vector = unit_vector(seed) if m["vector"] else None
             MemoryMessage.objects.create(
-                tenant=tenant, workspace=workspace, message_id=m["id"], session_id=m["session"], role=m["role"],
-                content=m["content"], user=users.get(m["user"]), channel=m["channel"], metadata=m["metadata"],
-                created_at=m["at"], search_text=segment_for_search(m["content"]), embedding=vector,
+                tenant=tenant,
+                workspace=workspace,
+                message_id=m["id"],
+                session_id=m["session"],
+                role=m["role"],
+                content=m["content"],
+                user=users.get(m["user"]),
+                channel=m["channel"],
+                metadata=m["metadata"],
+                created_at=m["at"],
+                search_text=segment_for_search(m["content"]),
+                embedding=vector,
                 embedding_model=MODEL if vector else "",
             )
         made: list[MemoryNode] = []
@@ -600,45 +825,95 @@ def materialize(plan: dict, tenant: Tenant) -> Workspace:
                 vector = unit_vector(seed) if link["vector"] else None
                 path = ["项目", chain["key"].split(":")[0]]
                 node = MemoryNode.objects.create(
-                    tenant=tenant, workspace=workspace, user=user, session_id=chain["session"],
-                    parent=made[seed % len(made)] if link["parent"] and made else None, supersedes=previous,
-                    scope=chain["scope"], owner_ref=owner_ref(scope=chain["scope"], workspace_id=workspace.pk,
-                                                              session_id=chain["session"],
-                                                              user_id=user.pk if user else None),
-                    kind=chain["key"].split(":")[0], item_key=chain["key"].split(":")[1], key=chain["key"],
-                    domain="项目", category_path=path, category_path_text="/".join(path), type="fact",
-                    value_json=link["value"], title=link["title"], content=link["content"],
-                    status=chain["head"] if last else "superseded", confidence=link["confidence"],
-                    importance=link["importance"], tags=link["tags"], entities=link["entities"],
-                    source_message_ids=link["sources"], explicit_user_intent=bool(seed % 2), revision=revision,
-                    created_at=link["at"], updated_at=link["at"] + timedelta(microseconds=seed),
-                    expires_at=link["expires"], access_count=seed, last_accessed_at=None,
-                    search_text=segment_for_search(link["title"], link["content"], *link["tags"], *link["entities"]),
-                    embedding=vector, embedding_model=MODEL if vector else "",
+                    tenant=tenant,
+                    workspace=workspace,
+                    user=user,
+                    session_id=chain["session"],
+                    parent=made[seed % len(made)] if link["parent"] and made else None,
+                    supersedes=previous,
+                    scope=chain["scope"],
+                    owner_ref=owner_ref(
+                        scope=chain["scope"],
+                        workspace_id=workspace.pk,
+                        session_id=chain["session"],
+                        user_id=user.pk if user else None,
+                    ),
+                    kind=chain["key"].split(":")[0],
+                    item_key=chain["key"].split(":")[1],
+                    key=chain["key"],
+                    domain="项目",
+                    category_path=path,
+                    category_path_text="/".join(path),
+                    type="fact",
+                    value_json=link["value"],
+                    title=link["title"],
+                    content=link["content"],
+                    status=chain["head"] if last else "superseded",
+                    confidence=link["confidence"],
+                    importance=link["importance"],
+                    tags=link["tags"],
+                    entities=link["entities"],
+                    source_message_ids=link["sources"],
+                    explicit_user_intent=bool(seed % 2),
+                    revision=revision,
+                    created_at=link["at"],
+                    updated_at=link["at"] + timedelta(microseconds=seed),
+                    expires_at=link["expires"],
+                    access_count=seed,
+                    last_accessed_at=None,
+                    search_text=segment_for_search(
+                        link["title"], link["content"], *link["tags"], *link["entities"]
+                    ),
+                    embedding=vector,
+                    embedding_model=MODEL if vector else "",
                 )
                 made.append(node)
                 previous = node
                 for event_type in link["events"]:
                     event_number += 1
                     MemoryAuditEvent.objects.create(
-                        tenant=tenant, workspace=workspace, event_type=event_type, node_id=node.id,
-                        session_id=chain["session"], user=user, actor="system", reason=f"reason {event_number}",
-                        payload={"revision": revision, "title": link["title"]}, created_at=link["at"],
+                        tenant=tenant,
+                        workspace=workspace,
+                        event_type=event_type,
+                        node_id=node.id,
+                        session_id=chain["session"],
+                        user=user,
+                        actor="system",
+                        reason=f"reason {event_number}",
+                        payload={"revision": revision, "title": link["title"]},
+                        created_at=link["at"],
                     )
         for _ in range(plan["forgotten"]):
             event_number += 1
             MemoryAuditEvent.objects.create(
-                tenant=tenant, workspace=workspace, event_type="delete", node_id=uuid.uuid4(), actor="system",
-                reason=f"reason {event_number}", payload=None, created_at=T0,
+                tenant=tenant,
+                workspace=workspace,
+                event_type="delete",
+                node_id=uuid.uuid4(),
+                actor="system",
+                reason=f"reason {event_number}",
+                payload=None,
+                created_at=T0,
             )
         for session, texts in plan["summaries"].items():
             parent = None
             for n, summary in enumerate(texts):
                 parent = MemorySummary.objects.create(
-                    tenant=tenant, workspace=workspace, session_id=session, parent_summary=parent,
-                    from_message_id="m0", to_message_id=f"m{n}", summary=f"{summary} ({session}/{n})",
-                    current_goal=None if n % 2 else summary, constraints=[summary], preferences=[], decisions=["d"],
-                    completed_work=[], pending_work=[summary, "x"], known_issues=[], created_at=T0 + timedelta(n),
+                    tenant=tenant,
+                    workspace=workspace,
+                    session_id=session,
+                    parent_summary=parent,
+                    from_message_id="m0",
+                    to_message_id=f"m{n}",
+                    summary=f"{summary} ({session}/{n})",
+                    current_goal=None if n % 2 else summary,
+                    constraints=[summary],
+                    preferences=[],
+                    decisions=["d"],
+                    completed_work=[],
+                    pending_work=[summary, "x"],
+                    known_issues=[],
+                    created_at=T0 + timedelta(n),
                 )
     return workspace
 
@@ -652,11 +927,17 @@ def canonical(path: Path) -> dict[str, list]:
     """
     data = table_rows(path)
     labels: dict[str, str] = {}
-    for table, column in (("memory_nodes", "title"), ("memory_summaries", "summary"), ("memory_audit_events", "reason")):
+    for table, column in (
+        ("memory_nodes", "title"),
+        ("memory_summaries", "summary"),
+        ("memory_audit_events", "reason"),
+    ):
         values = [row[column] for row in data[table]]
         assert len(values) == len(set(values)), f"{table}.{column} must be unique for the comparison"
         labels.update({row["id"]: f"{table}:{row[column]}" for row in data[table]})
-    for event in data["memory_audit_events"]:  # a node that is gone (hard-forgotten) is named by its first event
+    for event in data[
+        "memory_audit_events"
+    ]:  # a node that is gone (hard-forgotten) is named by its first event
         if event["node_id"] is not None:
             labels.setdefault(event["node_id"], f"gone:{event['reason']}")
     out = {}
@@ -665,7 +946,8 @@ def canonical(path: Path) -> dict[str, list]:
         for row in data[table]:
             row = dict(row, **{c: labels.get(row[c], row[c]) for c in id_columns if row[c] is not None})
             row.pop("workspace_id", None)
-            row.pop("search_text_sig", None)  # covers the workspace-independent text only; checked elsewhere
+            row.pop("search_text_sig", None)  # MACs differ with the ids they cover (checked on restore below)
+            row.pop("row_sig", None)
             canonical_rows.append(row)
         out[table] = sorted(canonical_rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))
     return out
@@ -674,8 +956,11 @@ def canonical(path: Path) -> dict[str, list]:
 _tenant_numbers = iter(range(10**6))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.too_slow])
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(plan=workspace_plans())
 def test_property_export_import_export_gives_identical_rows(db, tmp_path, plan):
     number = next(_tenant_numbers)
@@ -693,12 +978,17 @@ def test_property_export_import_export_gives_identical_rows(db, tmp_path, plan):
     report = workspace_import_sqlite(tenant=fresh, workspace=target, path=first)
     assert report.conflicts == [] and report.warnings == []
     assert report.imported.as_json() == {
-        "messages": file_counts["memory_messages"], "summaries": file_counts["memory_summaries"],
-        "nodes": file_counts["memory_nodes"], "auditEvents": file_counts["memory_audit_events"]}
+        "messages": file_counts["memory_messages"],
+        "summaries": file_counts["memory_summaries"],
+        "nodes": file_counts["memory_nodes"],
+        "auditEvents": file_counts["memory_audit_events"],
+    }
     second = tmp_path / f"{number}-second.sqlite"
     workspace_export_sqlite(tenant=fresh, workspace=target, path=second)
     assert canonical(second) == canonical(first)
-    assert {r["id"] for r in rows(second, "memory_nodes")}.isdisjoint(r["id"] for r in rows(first, "memory_nodes"))
+    assert {r["id"] for r in rows(second, "memory_nodes")}.isdisjoint(
+        r["id"] for r in rows(first, "memory_nodes")
+    )
 
     # 2. Importing it again changes nothing.
     again = workspace_import_sqlite(tenant=fresh, workspace=target, path=first)
@@ -707,7 +997,12 @@ def test_property_export_import_export_gives_identical_rows(db, tmp_path, plan):
 
     # 3. Restoring into the emptied source workspace keeps every id: the rows are identical as they are.
     with tenant_context(source), connection.cursor() as cursor:
-        for table in ("memory_memoryauditevent", "memory_memorysummary", "memory_memorynode", "memory_memorymessage"):
+        for table in (
+            "memory_memoryauditevent",
+            "memory_memorysummary",
+            "memory_memorynode",
+            "memory_memorymessage",
+        ):
             cursor.execute(f"DELETE FROM {table} WHERE workspace_id = %s", [workspace.pk])
     restored = workspace_import_sqlite(tenant=source, workspace=workspace, path=first)
     assert restored.mode == "same_workspace" and restored.conflicts == []
@@ -760,22 +1055,38 @@ def test_commands_name_an_unknown_workspace_clearly(tenant_a, tmp_path):
 
 
 def write_jsonl(path: Path, lines: list) -> Path:
-    path.write_text("".join((json.dumps(x, ensure_ascii=False) if not isinstance(x, str) else x) + "\n"
-                            for x in lines), encoding="utf-8")
+    path.write_text(
+        "".join((json.dumps(x, ensure_ascii=False) if not isinstance(x, str) else x) + "\n" for x in lines),
+        encoding="utf-8",
+    )
     return path
 
 
 def test_jsonl_import_is_idempotent_and_keeps_order(tenant_a, tenant_b, tmp_path):
-    path = write_jsonl(tmp_path / "history.jsonl", [
-        {"sessionId": "old-1", "role": "user", "content": "我不吃香菜", "createdAt": "2024-05-01T10:00:00Z"},
-        {"session_id": "old-1", "role": "assistant", "content": "好的", "timestamp": 1714557601},
-        {"role": "user", "content": [{"type": "text", "text": "以后少放辣"}]},
-        {"role": "user", "content": "ok"},
-        {"role": "user", "content": "ok"},  # the same words twice are two messages
-        {"id": "given-1", "sessionId": "old-2", "role": "tool", "content": "{\"result\": 1}", "channel": "subagent",
-         "agentName": "calc"},
-        "",
-    ])
+    path = write_jsonl(
+        tmp_path / "history.jsonl",
+        [
+            {
+                "sessionId": "old-1",
+                "role": "user",
+                "content": "我不吃香菜",
+                "createdAt": "2024-05-01T10:00:00Z",
+            },
+            {"session_id": "old-1", "role": "assistant", "content": "好的", "timestamp": 1714557601},
+            {"role": "user", "content": [{"type": "text", "text": "以后少放辣"}]},
+            {"role": "user", "content": "ok"},
+            {"role": "user", "content": "ok"},  # the same words twice are two messages
+            {
+                "id": "given-1",
+                "sessionId": "old-2",
+                "role": "tool",
+                "content": '{"result": 1}',
+                "channel": "subagent",
+                "agentName": "calc",
+            },
+            "",
+        ],
+    )
     out, _ = run("import_jsonl", "tenant-a/default", str(path), "--session", "legacy", "--no-embed")
     assert "imported 6 messages in 3 session(s); skipped 0" in out
     with tenant_context(tenant_a):
@@ -792,20 +1103,28 @@ def test_jsonl_import_is_idempotent_and_keeps_order(tenant_a, tenant_b, tmp_path
 
 def test_jsonl_import_reports_an_id_held_by_another_message(tenant_a, tmp_path):
     Builder(tenant_a, default_workspace(tenant_a)).message("原来的内容", message_id="m-1")
-    path = write_jsonl(tmp_path / "h.jsonl", [{"id": "m-1", "sessionId": "s1", "role": "user", "content": "别的"}])
+    path = write_jsonl(
+        tmp_path / "h.jsonl", [{"id": "m-1", "sessionId": "s1", "role": "user", "content": "别的"}]
+    )
     out, err = run("import_jsonl", "tenant-a/default", str(path), "--no-embed")
     assert "1 conflicts" in out and "line 1 id m-1" in err
     with tenant_context(tenant_a):
         assert MemoryMessage.objects.get(message_id="m-1").content == "原来的内容"
 
 
-@pytest.mark.parametrize("bad, reason", [
-    ("{not json", "Line 2: not valid JSON"),
-    (json.dumps({"sessionId": "s", "role": "boss", "content": "x"}), "Line 2: `role` must be one of"),
-    (json.dumps({"role": "user", "content": "x"}), "Line 2: no `sessionId`"),
-    (json.dumps({"sessionId": "s", "role": "user", "content": ""}), "Line 2: `content` must be"),
-    (json.dumps({"sessionId": "s", "role": "user", "content": "x", "createdAt": "yesterday"}), "Line 2: `createdAt`"),
-])
+@pytest.mark.parametrize(
+    "bad, reason",
+    [
+        ("{not json", "Line 2: not valid JSON"),
+        (json.dumps({"sessionId": "s", "role": "boss", "content": "x"}), "Line 2: `role` must be one of"),
+        (json.dumps({"role": "user", "content": "x"}), "Line 2: no `sessionId`"),
+        (json.dumps({"sessionId": "s", "role": "user", "content": ""}), "Line 2: `content` must be"),
+        (
+            json.dumps({"sessionId": "s", "role": "user", "content": "x", "createdAt": "yesterday"}),
+            "Line 2: `createdAt`",
+        ),
+    ],
+)
 def test_a_bad_jsonl_line_is_refused_and_nothing_is_written(tenant_a, tmp_path, bad, reason):
     path = write_jsonl(tmp_path / "bad.jsonl", [{"sessionId": "s", "role": "user", "content": "fine"}, bad])
     with pytest.raises(CommandError, match=reason):
@@ -839,3 +1158,63 @@ def test_markdown_export_writes_one_file_per_active_card_with_frontmatter(tenant
         run("export_markdown", "tenant-a/default", str(tmp_path / "md"))
     out, _ = run("export_markdown", "tenant-a/default", str(tmp_path / "md"), "--force")
     assert "replaced 2" in out and (tmp_path / "md" / "notes.txt").read_text() == "mine"
+
+
+# --------------------------------------------------------------- import: what is never brought back
+
+
+def test_a_hard_forgotten_card_is_not_brought_back_by_an_old_file(tenant_a, tmp_path):
+    b = sample_workspace(tenant_a)
+    path = export(tenant_a, b.workspace, tmp_path)
+    gone = b.nodes[2]
+    with tenant_context(tenant_a):
+        MemoryNode.objects.filter(pk=gone.id).delete()  # a hard forget leaves its audit events behind
+        MemoryAuditEvent.objects.create(
+            tenant=tenant_a,
+            workspace=b.workspace,
+            event_type="delete",
+            node_id=gone.id,
+            actor="user:alice",
+            reason="forget",
+            payload=None,
+            created_at=T0,
+        )
+    report = workspace_import_sqlite(tenant=tenant_a, workspace=b.workspace, path=path)
+    assert [(c["id"], c["reason"]) for c in report.conflicts] == [(str(gone.id), "forgotten")]
+    with tenant_context(tenant_a):
+        assert not MemoryNode.objects.filter(pk=gone.id).exists()
+
+
+def test_a_different_active_preference_of_the_same_person_is_a_conflict_not_a_duplicate(tenant_a, tmp_path):
+    alice = user_named("alice")
+    b = Builder(tenant_a, default_workspace(tenant_a))
+    b.node("少辣", "用户以后都要少辣", key="flavor_profile", scope="user", user=alice)
+    path = export(tenant_a, b.workspace, tmp_path)
+    other = workspace_create(tenant=tenant_a, name="Other")
+    with tenant_context(tenant_a):
+        MemoryNode.objects.filter(key="flavor_profile").update(content="用户现在能吃辣")
+    report = workspace_import_sqlite(tenant=tenant_a, workspace=other, path=path)
+    assert [c["reason"] for c in report.conflicts] == ["slot_taken"] and report.imported.nodes == 0
+    with tenant_context(tenant_a):
+        assert MemoryNode.objects.filter(key="flavor_profile", status="active").count() == 1
+
+
+def test_an_edited_row_loses_its_signature_and_is_checked_field_by_field(tenant_a, tenant_b, tmp_path):
+    b = sample_workspace(tenant_a)
+    path = export(tenant_a, b.workspace, tmp_path)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE memory_nodes SET status = 'archived' WHERE id = ?", (str(b.nodes[0].id),))
+    before = counts(tenant_b)
+    with pytest.raises(ImportError_, match="memory_nodes row .*column status: 'archived' is not one of"):
+        workspace_import_sqlite(tenant=tenant_b, workspace=default_workspace(tenant_b), path=path)
+    assert counts(tenant_b) == before
+    with sqlite3.connect(path) as db:  # a valid edit is imported as edited, its words segmented again
+        db.execute(
+            "UPDATE memory_nodes SET status = 'active', content = '改过的内容：不要放葱' WHERE id = ?",
+            (str(b.nodes[0].id),),
+        )
+        db.execute("UPDATE memory_nodes SET status = 'superseded' WHERE id = ?", (str(b.nodes[1].id),))
+    workspace_import_sqlite(tenant=tenant_b, workspace=default_workspace(tenant_b), path=path)
+    with tenant_context(tenant_b):
+        edited = MemoryNode.objects.get(content="改过的内容：不要放葱")
+    assert "改过" in edited.search_text.split()
