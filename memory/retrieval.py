@@ -2,10 +2,13 @@
 
 Owns candidate selection (structured filters, keyword and vector arms, list-all), fusion
 (memory.ranking), conflict resolution and limits. It reads only what memory.visibility lets the
-viewer see, inside `tenant_context(viewer.tenant)`, in one data query per search: the arms are id
-subqueries joined under one outer select that also computes each candidate's keyword rank, matched
-terms and vector distance. The only write is the access-count bump through
-`memory.services.node_access_record` (DESIGN rule 12).
+viewer see, inside `tenant_context(viewer.tenant)`. A text search first counts, over a bounded sample
+of the searchable rows, how many contain each query term (the terms' BM25 weights); then one query
+runs the arms as id subqueries under one outer select that also says which terms each candidate
+contains and its vector distance. Message search reads only ids and scores for the candidates, adds
+conversation context (a reply inherits part of its question's score) and loads the winners' rows in
+a last query. The only write is the access-count bump through `memory.services.node_access_record`
+(DESIGN rule 12).
 
 Semantics chosen where API.md is silent:
 - `key` with a ':' is an exact canonical key; a bare slot key ("avoid_ingredient") matches the slot
@@ -36,16 +39,21 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import connection
 from django.db.models import Case, F, IntegerField, Q, QuerySet, Value, When
-from django.db.models.expressions import RawSQL
 from django.utils import timezone
-from pgvector.django import CosineDistance
 
 from memory.embeddings import embed_query
 from memory.models import EMBEDDING_DIM, Channel, MemoryMessage, MemoryNode, NodeStatus
-from memory.ranking import KeywordHit, VectorHit, hybrid_scores, is_expired, resolve_conflicts
+from memory.ranking import (
+    KeywordHit,
+    VectorHit,
+    hybrid_scores,
+    is_expired,
+    resolve_conflicts,
+    term_weights,
+    with_previous_turns,
+)
 from memory.schema import is_list_all_query
 from memory.services import node_access_record
 from memory.text import query_terms, tsquery_text
@@ -69,13 +77,18 @@ SEARCH_LIMIT_MAX = 200
 MESSAGE_LIMIT_DEFAULT = 20
 # Bounds on each arm: the keyword arm ranks at most this many matches' ids, the vector arm asks the
 # HNSW index for this many neighbours, and structured enumeration reads a margin past `limit` so
-# conflict losers and expired cards can still be reported.
+# conflict losers and expired cards can still be reported. The searched rows are counted up to
+# ROW_COUNT_CAP for the term weights (beyond it the weights barely move and counting costs more).
 KEYWORD_CANDIDATES = 200
+ROW_COUNT_CAP = 50_000
 VECTOR_CANDIDATES = 100
 HNSW_EF_SEARCH = 100
 STRUCTURED_MARGIN = 50
 # Terms beyond this add little to a ranking and a lot to the per-term match count.
 MAX_QUERY_TERMS = 16
+# Message search lends a turn part of the score of the turn before it; the turns that follow the best
+# this many candidates are looked up so a reply sharing no word with the query can still be found.
+CONTEXT_CANDIDATES = 50
 
 NODE_DEFERRED_FIELDS = ("embedding", "search_vector", "search_text")
 MESSAGE_DEFERRED_FIELDS = ("embedding", "search_vector", "search_text")
@@ -182,43 +195,102 @@ def _search_modes(plan: _TextPlan) -> list[str]:
     return modes
 
 
-def _hybrid_candidates(
-    rows: QuerySet, arm_base: QuerySet, plan: _TextPlan, *, extra_ids: QuerySet | None = None
-) -> QuerySet:
-    """Return `rows` narrowed to every candidate of the keyword arm, the vector arm and `extra_ids`,
-    annotated with `keyword_rank`, `keyword_terms` and (with a vector) `vector_distance`.
+def _term_query(term: str) -> str:
+    return tsquery_text([term])
 
-    The arms are id subqueries under one `pk IN (… UNION ALL …)`, so the outer select reads only the
-    candidates, by primary key, in the same round trip.
-    """
-    tsquery = SearchQuery(tsquery_text(plan.terms), search_type="raw", config="simple")
-    keyword_ids = (
-        arm_base.filter(search_vector=tsquery)
-        .order_by(SearchRank(F("search_vector"), tsquery, cover_density=True).desc())
-        .values("pk")[:KEYWORD_CANDIDATES]
-    )
-    id_parts = [keyword_ids]
-    if plan.vector is not None:
-        id_parts.append(
-            arm_base.filter(embedding__isnull=False)
-            .order_by(CosineDistance("embedding", plan.vector))
-            .values("pk")[:VECTOR_CANDIDATES]
+
+def _vector_literal(vector: Sequence[float]) -> str:
+    return "[" + ",".join(repr(float(value)) for value in vector) + "]"
+
+
+@dataclass
+class _TextCandidates:
+    """What the text arms found: each query term's weight, and per candidate id which terms it
+    contains (a bit per term) and its vector distance (None when unknown)."""
+
+    weights: list[float]
+    matched: dict[Any, int] = field(default_factory=dict)
+    distance: dict[Any, float | None] = field(default_factory=dict)
+
+    def scores(self, term_count: int) -> dict[Any, float]:
+        """Fuse the arms under memory.ranking's rules; best first."""
+        return hybrid_scores(
+            keyword=[
+                KeywordHit(pk, tuple(bool(mask >> index & 1) for index in range(term_count)))
+                for pk, mask in self.matched.items()
+                if mask
+            ],
+            vector=[VectorHit(pk, gap) for pk, gap in self.distance.items() if gap is not None],
+            weights=self.weights,
         )
-    if extra_ids is not None:
-        id_parts.append(extra_ids)
-    ids = id_parts[0].union(*id_parts[1:], all=True) if len(id_parts) > 1 else id_parts[0]
-    # One indicator per term, so fusion can tell a card that matches the whole query from one that
-    # shares a single common word with it.
-    term_hits = " + ".join(["(search_vector @@ to_tsquery('simple', %s))::int"] * len(plan.terms))
-    candidates = rows.filter(pk__in=ids).annotate(
-        keyword_rank=SearchRank(F("search_vector"), tsquery, cover_density=True),
-        keyword_terms=RawSQL(
-            f"({term_hits})", [tsquery_text([term]) for term in plan.terms], output_field=IntegerField()
-        ),
+
+
+def _text_candidates(arm_base: QuerySet, plan: _TextPlan) -> _TextCandidates:
+    """Run the keyword arm, the vector arm and the row count in one statement.
+
+    Keyword arm: every row that contains a query term gets one bit per term it contains, and every
+    term its document frequency among *all* those rows (window counts, taken before the limit); the
+    KEYWORD_CANDIDATES rows holding the rarest terms are returned. With the searched-row count the
+    frequencies give the terms' BM25 weights. Each matching row's tsvector is read once (`strip` in
+    a fenced subquery): rows are wide (the vector is kept inline), so their text columns live in
+    TOAST and each `@@` on the raw column would fetch them again. Vector arm: the nearest
+    VECTOR_CANDIDATES neighbours (HNSW) with their distances.
+    """
+    base_sql, base_params = (
+        arm_base.order_by().values("id", "embedding", "search_vector").query.sql_with_params()
     )
-    if plan.vector is not None:
-        candidates = candidates.annotate(vector_distance=CosineDistance("embedding", plan.vector))
-    return candidates
+    bits = [1 << index for index in range(len(plan.terms))]
+    term_params = [_term_query(term) for term in plan.terms]
+    mask_sql = " + ".join(f"(s.sv @@ to_tsquery('simple', %s))::int * {bit:d}" for bit in bits)
+    frequencies = ", ".join(
+        f"count(*) FILTER (WHERE m.mask & {bit:d} <> 0) OVER () AS df{bit:d}" for bit in bits
+    )
+    rarity = " + ".join(
+        f"(w.mask & {bit:d} <> 0)::int::float8 / greatest(w.df{bit:d}, 1)" for bit in bits
+    )
+    frequency_columns = ", ".join(f"w.df{bit:d}" for bit in bits)
+    nulls = ", ".join(["NULL::bigint"] * len(bits))
+    vector = _vector_literal(plan.vector) if plan.vector is not None else None
+    distance_sql = "w.embedding <=> %s::vector" if vector is not None else "NULL::float8"
+
+    # ('k' | 'v' | 'n', id, mask or row count, distance, one document frequency per term)
+    parts = [
+        f"(SELECT 'k', w.id, w.mask, {distance_sql}, {frequency_columns} FROM ("
+        f" SELECT m.id, m.embedding, m.mask, {frequencies} FROM ("
+        f"  SELECT s.id, s.embedding, ({mask_sql}) AS mask FROM ("
+        f"   SELECT b.id, b.embedding, strip(b.search_vector) AS sv FROM ({base_sql}) b"
+        f"   WHERE b.search_vector @@ to_tsquery('simple', %s) OFFSET 0) s) m) w"
+        f" ORDER BY {rarity} DESC, w.id LIMIT {KEYWORD_CANDIDATES:d})"
+    ]
+    params: list[Any] = [*([vector] if vector else []), *term_params, *base_params, tsquery_text(plan.terms)]
+    if vector is not None:
+        parts.append(
+            f"(SELECT 'v', b.id, 0, b.embedding <=> %s::vector AS distance, {nulls} FROM ({base_sql}) b"
+            f" WHERE b.embedding IS NOT NULL ORDER BY distance LIMIT {VECTOR_CANDIDATES:d})"
+        )
+        params += [vector, *base_params]
+    parts.append(
+        f"(SELECT 'n', NULL, count(*), NULL::float8, {nulls} FROM"
+        f" (SELECT 1 FROM ({base_sql}) b LIMIT {ROW_COUNT_CAP:d}) c)"
+    )
+    params += base_params
+    with connection.cursor() as cursor:
+        cursor.execute(" UNION ALL ".join(parts), params)
+        rows = cursor.fetchall()
+
+    row_count, document_frequencies = 0, [0] * len(bits)
+    matched: dict[Any, int] = {}
+    distance: dict[Any, float | None] = {}
+    for arm, pk, mask, row_distance, *row_frequencies in rows:
+        if arm == "n":
+            row_count = mask
+        elif arm == "k":
+            matched[pk], distance[pk], document_frequencies = mask, row_distance, row_frequencies
+        else:
+            distance[pk] = row_distance
+    return _TextCandidates(
+        weights=term_weights(row_count, document_frequencies), matched=matched, distance=distance
+    )
 
 
 def _set_vector_search_width(plan: _TextPlan) -> None:
@@ -229,20 +301,6 @@ def _set_vector_search_width(plan: _TextPlan) -> None:
     # applied after the index keeps scanning instead of returning fewer rows.
     with connection.cursor() as cursor:
         cursor.execute(f"SET LOCAL hnsw.ef_search = {max(HNSW_EF_SEARCH, VECTOR_CANDIDATES):d}")
-
-
-def _fused_scores(rows: Sequence[Any], plan: _TextPlan) -> dict[Any, float]:
-    if not plan.runs:
-        return {}
-    return hybrid_scores(
-        keyword=[KeywordHit(row.pk, row.keyword_rank or 0.0, row.keyword_terms or 0) for row in rows],
-        vector=[
-            VectorHit(row.pk, row.vector_distance)
-            for row in rows
-            if getattr(row, "vector_distance", None) is not None
-        ],
-        term_count=len(plan.terms),
-    )
 
 
 # --------------------------------------------------------------------------- memory nodes
@@ -324,6 +382,7 @@ def search_nodes(
 
     text_statuses = [NodeStatus.ACTIVE, NodeStatus.EXPIRED] if query.include_expired else [NodeStatus.ACTIVE]
     rows: list[MemoryNode] = []
+    scores: dict[Any, float] = {}
     with tenant_context(viewer.tenant):
         visible = MemoryNode.objects.filter(visible_nodes_q(viewer, query.scopes)).filter(
             _structured_q(query)
@@ -333,14 +392,15 @@ def search_nodes(
         cap = limit + STRUCTURED_MARGIN
         if plan.runs:
             _set_vector_search_width(plan)
-            extra = enumerated.values("pk")[:cap] if enumerated is not None else None
-            candidates = MemoryNode.objects.defer(*NODE_DEFERRED_FIELDS)
-            arm_base = base.filter(status__in=text_statuses)
-            rows = list(_hybrid_candidates(candidates, arm_base, plan, extra_ids=extra))
+            found = _text_candidates(base.filter(status__in=text_statuses), plan)
+            scores = found.scores(len(plan.terms))
+            wanted = Q(pk__in=list(scores))
+            if enumerated is not None:
+                wanted |= Q(pk__in=enumerated.values("pk")[:cap])
+            rows = list(MemoryNode.objects.defer(*NODE_DEFERRED_FIELDS).filter(wanted))
         elif enumerated is not None:
             rows = list(enumerated[:cap])
 
-    scores = _fused_scores(rows, plan)
     pool = rows if (list_all or structured) else [row for row in rows if row.pk in scores]
     kept, dropped = resolve_conflicts(
         pool, now=now, group_by_owner=viewer.whole_tenant, include_expired=query.include_expired
@@ -389,9 +449,10 @@ def search_messages(
 ) -> tuple[list[tuple[MemoryMessage, float]], dict[str, Any]]:
     """Return the evidence messages of the viewer's workspace most relevant to `query_text`, best first.
 
-    Hybrid keyword + vector search with the same fusion as memory cards; `session_id` narrows to one
-    conversation; sub-agent traffic only with `include_subagent` (seed 004). Scores are fused
-    rank-fusion scores: comparable within one answer only.
+    Hybrid keyword + vector search with the same fusion as memory cards, plus conversation context: a
+    turn inherits part of the score of the turn before it in its session, so the reply to a matching
+    question ranks too. `session_id` narrows to one conversation; sub-agent traffic only with
+    `include_subagent` (seed 004). Scores are comparable within one answer only.
     """
     limit = max(1, min(int(limit), SEARCH_LIMIT_MAX))
     plan = _text_plan(query_text, query_embedding)
@@ -407,10 +468,28 @@ def search_messages(
         if exclude_message_ids:
             base = base.exclude(message_id__in=list(exclude_message_ids))
         _set_vector_search_width(plan)
-        rows = list(_hybrid_candidates(MemoryMessage.objects.defer(*MESSAGE_DEFERRED_FIELDS), base, plan))
-    scores = _fused_scores(rows, plan)
+        scores = _text_candidates(base, plan).scores(len(plan.terms))
+        scores = with_previous_turns(scores, _next_turns(base, list(scores)[:CONTEXT_CANDIDATES]))
+        best = list(scores)[:limit]
+        winners = MemoryMessage.objects.defer(*MESSAGE_DEFERRED_FIELDS).filter(pk__in=best)
+        rows = {row.pk: row for row in winners}
     hits = sorted(
-        (row for row in rows if row.pk in scores),
+        (rows[pk] for pk in best if pk in rows),
         key=lambda row: (-scores[row.pk], -row.created_at.timestamp(), row.pk),
     )
-    return [(row, scores[row.pk]) for row in hits[:limit]], diagnostics
+    return [(row, scores[row.pk]) for row in hits], diagnostics
+
+
+def _next_turns(base: QuerySet, message_pks: list[int]) -> dict[int, int]:
+    """Return {turn that follows: message} for the given messages (same session, by time then id)."""
+    if not message_pks:
+        return {}
+    base_sql, base_params = base.order_by().values("id", "session_id", "created_at").query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT c.id, (SELECT b.id FROM ({base_sql}) b WHERE b.session_id = c.session_id"
+            f" AND (b.created_at, b.id) > (c.created_at, c.id) ORDER BY b.created_at, b.id LIMIT 1)"
+            f" FROM {MemoryMessage._meta.db_table} c WHERE c.id = ANY(%s)",
+            [*base_params, list(message_pks)],
+        )
+        return {following: pk for pk, following in cursor.fetchall() if following is not None}

@@ -253,9 +253,10 @@ def test_context_bumps_access_counts_of_used_nodes_only(world) -> None:
 def test_build_context_query_count_is_capped(world, django_assert_max_num_queries) -> None:
     fill_everything(world)
     get_provider()  # load the model outside the measured block
-    # Six parts, each in its own tenant transaction (savepoint, bind, query, unbind, release): the
-    # count does not grow with the data.
-    with django_assert_max_num_queries(32):
+    # Six parts, each in its own tenant transaction (savepoint, bind, query, unbind, release); the
+    # searches add the text arms, the cards' select, the turns that follow the best messages and
+    # the winning messages' select: the count does not grow with the data.
+    with django_assert_max_num_queries(35):
         build_context(viewer=world.viewer, query_text="迁移 香菜", token_budget=4000)
 
 

@@ -1,7 +1,9 @@
-"""Pure ranking rules: rank fusion, the hybrid guards and conflict precedence (DESIGN rule 8), no database."""
+"""Pure ranking rules: term weights, hybrid fusion and its guards, conversation context, rank fusion and
+conflict precedence (DESIGN rule 8), no database."""
 
 from __future__ import annotations
 
+import math
 import uuid
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -9,15 +11,18 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from memory.ranking import (
-    DEFAULT_ARM_WEIGHTS,
-    RRF_K,
+    KEYWORD_WEIGHT,
     VECTOR_MAX_DISTANCE,
+    VECTOR_WEIGHT,
     KeywordHit,
     VectorHit,
     conflict_precedence_key,
     hybrid_scores,
+    keyword_coverage,
     reciprocal_rank_fusion,
     resolve_conflicts,
+    term_weights,
+    with_previous_turns,
 )
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
@@ -74,41 +79,86 @@ def test_rrf_of_nothing_is_empty_and_negative_k_is_refused() -> None:
         reciprocal_rank_fusion({"a": ["x"]}, k=-1)
 
 
-# --------------------------------------------------------------------------- hybrid guards
+# --------------------------------------------------------------------------- term weights
+
+
+def test_term_weights_fall_as_more_rows_contain_the_term() -> None:
+    everywhere, common, rare, absent = term_weights(100, [100, 60, 2, 0])
+    assert 0 < everywhere < common < rare < absent
+    assert everywhere < 0.01, "a word in every row carries (almost) no weight"
+    assert term_weights(0, [0]) == pytest.approx([math.log(2)])
+    assert term_weights(10, [25, -1]) == term_weights(10, [10, 0]), "frequencies are clamped to [0, rows]"
+
+
+def test_keyword_coverage_is_the_share_of_the_query_weight_a_row_contains() -> None:
+    weights = [3.0, 1.0]
+    assert keyword_coverage((True, True), weights) == pytest.approx(1.0)
+    assert keyword_coverage((True, False), weights) == pytest.approx(0.75)
+    assert keyword_coverage((False, True), weights) == pytest.approx(0.25)
+    assert keyword_coverage((False, False), weights) == 0.0
+    assert keyword_coverage((True,), [0.0]) == 0.0
+
+
+# --------------------------------------------------------------------------- hybrid fusion and its guards
 
 
 def test_hybrid_drops_vector_neighbours_beyond_the_relevance_floor() -> None:
     scores = hybrid_scores(
-        vector=[VectorHit("near", 0.3), VectorHit("far", VECTOR_MAX_DISTANCE + 0.01)], term_count=1
+        vector=[
+            VectorHit("near", 0.3),
+            VectorHit("far", VECTOR_MAX_DISTANCE + 0.01),
+            VectorHit("at_floor", VECTOR_MAX_DISTANCE),
+        ]
     )
     assert list(scores) == ["near"]
+    assert scores["near"] == pytest.approx(VECTOR_WEIGHT * (1 - 0.3 / VECTOR_MAX_DISTANCE))
 
 
-def test_hybrid_partial_keyword_matches_on_common_words_never_swamp_a_semantic_hit() -> None:
-    # 30 cards share one common word with a four-term query; one card is a good semantic hit.
-    noise = [KeywordHit(f"noise{i}", rank=1.0 - i / 100, matched_terms=1) for i in range(30)]
-    scores = hybrid_scores(keyword=noise, vector=[VectorHit("semantic", 0.35)], term_count=4)
+def test_hybrid_keyword_hits_on_common_words_never_swamp_a_semantic_hit() -> None:
+    # 31 rows; 30 share only the common word of a four-term query, which no other row contains. The
+    # one row that means the query (distance 0.6, a middling semantic hit) shares no word with it.
+    weights = term_weights(31, [30, 0, 0, 0])
+    noise = [KeywordHit(f"noise{i}", (True, False, False, False)) for i in range(30)]
+    scores = hybrid_scores(keyword=noise, vector=[VectorHit("semantic", 0.6)], weights=weights)
     assert list(scores)[0] == "semantic"
-    # Even the 100th vector neighbour outranks the best partial keyword match.
-    assert DEFAULT_ARM_WEIGHTS["keyword_partial"] / (RRF_K + 1) < 1 / (RRF_K + 100)
+    assert max(scores[f"noise{i}"] for i in range(30)) < scores["semantic"] / 10
+    # Plain rank fusion, which this fusion replaces, ranks the first noise row level with the semantic hit.
+    fused = reciprocal_rank_fusion({"keyword": [hit.item for hit in noise], "vector": ["semantic"]})
+    assert fused["noise0"] == pytest.approx(fused["semantic"])
 
 
-def test_hybrid_full_keyword_matches_rank_with_full_weight_and_agreement_wins() -> None:
+def test_hybrid_rows_matching_in_words_and_meaning_lead() -> None:
+    weights = term_weights(50, [3, 5])
     scores = hybrid_scores(
-        keyword=[KeywordHit("both", 0.2, 2), KeywordHit("keyword_only", 0.9, 2)],
-        vector=[VectorHit("vector_only", 0.2), VectorHit("both", 0.4)],
-        term_count=2,
+        keyword=[KeywordHit("both", (True, True)), KeywordHit("keyword_only", (True, True))],
+        vector=[VectorHit("vector_only", 0.1), VectorHit("both", 0.4)],
+        weights=weights,
     )
-    assert list(scores)[0] == "both"
-    assert scores["keyword_only"] == pytest.approx(scores["vector_only"])
+    assert list(scores) == ["both", "keyword_only", "vector_only"]
+    assert scores["keyword_only"] == pytest.approx(KEYWORD_WEIGHT)
 
 
-def test_hybrid_ranks_keyword_hits_by_matched_terms_before_ts_rank() -> None:
+def test_hybrid_ranks_keyword_hits_by_the_weight_of_the_terms_they_contain() -> None:
+    # A rare term outweighs two common ones; a row with no term is no hit.
+    weights = term_weights(100, [1, 40, 45])
     scores = hybrid_scores(
-        keyword=[KeywordHit("one_term", 5.0, 2), KeywordHit("all_terms", 0.1, 3), KeywordHit("none", 0.0, 0)],
-        term_count=3,
+        keyword=[
+            KeywordHit("two_common", (False, True, True)),
+            KeywordHit("rare", (True, False, False)),
+            KeywordHit("none", (False, False, False)),
+        ],
+        weights=weights,
     )
-    assert list(scores) == ["all_terms", "one_term"]
+    assert list(scores) == ["rare", "two_common"]
+
+
+def test_previous_turn_lends_a_share_of_its_score_to_a_relevant_reply_only() -> None:
+    scores = {"question": 0.8, "other": 0.5, "reply": 0.2}
+    previous = {"reply": "question", "unrelated": "other", "first": None}
+    boosted = with_previous_turns(scores, previous, weight=0.5)
+    assert boosted == pytest.approx({"question": 0.8, "reply": 0.6, "other": 0.5})
+    assert list(boosted) == ["question", "reply", "other"], "the reply passes `other`; `unrelated` stays out"
+    assert with_previous_turns(scores, {"question": "question"}) == scores, "a turn never lends to itself"
 
 
 # --------------------------------------------------------------------------- conflict precedence

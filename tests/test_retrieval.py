@@ -305,9 +305,10 @@ def test_search_nodes_query_count_is_capped(world, django_assert_max_num_queries
     for i in range(30):
         world.node(title=f"香菜 {i}", tags=["忌口"])
     get_provider()  # load the model outside the measured block
-    # tenant binding (savepoint + set_config + restore + release), ef_search, one select, and the
-    # access bump in its own tenant transaction: the count does not grow with the rows.
-    with django_assert_max_num_queries(11):
+    # tenant binding (savepoint + set_config + restore + release), ef_search, the text arms, one select
+    # of the cards, and the access bump in its own tenant transaction: the count does not grow with
+    # the rows.
+    with django_assert_max_num_queries(12):
         search_nodes(viewer=world.viewer, query=MemoryQuery(query_text="香菜", tags=["忌口"]))
     with django_assert_max_num_queries(10):
         search_nodes(viewer=world.viewer, query=MemoryQuery(all=True))
@@ -348,6 +349,17 @@ def test_keyword_hits_on_common_words_do_not_swamp_a_semantic_hit(world) -> None
     )
     result = search_nodes(viewer=world.viewer, query=MemoryQuery(query_text="喜欢 香菜 菜 味道"))
     assert result.relevant[0].pk == coriander.pk
+
+
+def test_vector_arm_lets_an_english_query_find_a_chinese_card(world) -> None:
+    """The reverse direction: an English question finds the Chinese card, the unrelated one stays out."""
+    chinese = world.node(
+        title="不吃香菜", content="用户不吃香菜。", embedding=embedded("不吃香菜\n用户不吃香菜。")
+    )
+    world.node(title="项目上线", content="项目周五上线。", embedding=embedded("项目上线\n项目周五上线。"))
+    result = search_nodes(viewer=world.viewer, query=MemoryQuery(query_text="Does the user eat coriander?"))
+    assert result.diagnostics["searchModes"] == ["keyword", "vector"]
+    assert ids(result.relevant) == [chinese.pk]
 
 
 # --------------------------------------------------------------------------- messages
@@ -398,3 +410,44 @@ def test_message_search_with_only_stop_words_runs_no_arm(world) -> None:
         [],
         {"storeStatus": "ok", "searchModes": []},
     )
+
+
+def test_message_search_crosses_languages_and_common_words_cannot_swamp_the_meaning(world) -> None:
+    """Twenty English turns share only the common word "project" with the question; the Chinese turn
+    that answers it shares no word with it and still ranks first (and the reverse direction too)."""
+
+    def say(content: str, **kwargs) -> object:
+        return make_message(
+            tenant=world.tenant, workspace=world.workspace, session_id="s1", content=content,
+            embedding=embedded(content), **kwargs,
+        )
+
+    for i in range(20):
+        say(f"the project {i} is fun")
+    deadline = say("项目截止日期是周五")
+    coriander = say("I never eat coriander, it tastes like soap", role="assistant")
+    say("Please book the meeting room for Monday")
+    found, diagnostics = search_messages(viewer=world.viewer, query_text="what is the project deadline")
+    assert diagnostics["searchModes"] == ["keyword", "vector"]
+    assert found[0][0].pk == deadline.pk
+    found, _ = search_messages(viewer=world.viewer, query_text="香菜")
+    assert [message.pk for message, _ in found] == [coriander.pk], "the unrelated English turns stay out"
+
+
+def test_message_search_lifts_the_reply_to_a_matching_turn(world) -> None:
+    """Conversation context: of two turns that match the same word, the one answering a turn about the
+    query ranks first (a turn inherits part of its predecessor's score); unrelated turns stay out."""
+    start = timezone.now() - timedelta(hours=1)
+
+    def say(content: str, minute: int) -> object:
+        return make_message(
+            tenant=world.tenant, workspace=world.workspace, session_id="s1", content=content,
+            created_at=start + timedelta(minutes=minute),
+        )
+
+    question = say("Did you run the Boston marathon this year?", 1)
+    reply = say("Yes! I finished in under four hours.", 2)
+    say("We had pizza for dinner.", 3)
+    other = say("I finished the book you lent me.", 4)
+    found, _ = search_messages(viewer=world.viewer, query_text="Boston marathon finish")
+    assert [message.pk for message, _ in found] == [question.pk, reply.pk, other.pk]

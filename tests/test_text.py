@@ -40,13 +40,21 @@ def test_mixed_text_splits_cjk_from_latin_and_folds_width_and_case() -> None:
     assert all(re.fullmatch(r"\w+", token) for token in tokens)
 
 
-def test_english_is_lowercased_split_at_punctuation_and_plural_stemmed_on_both_sides() -> None:
+def test_english_is_lowercased_split_at_punctuation_and_stemmed_on_both_sides() -> None:
     assert segment_for_search("Alice's CATS & dogs; boxes, glasses. Status!") == (
-        "alice cat dog box glass status"
+        "alic cat dog box glass status"
     )
     assert segment_for_search("I don’t eat coriander") == segment_for_search("I don't eat coriander")
-    for query, document in [("cats", "a cat"), ("Cat", "two cats"), ("boxes", "the box")]:
+    for query, document in [
+        ("cats", "a cat"),
+        ("Cat", "two cats"),
+        ("boxes", "the box"),
+        ("When did she paint a sunrise?", "I painted that lake sunrise last year"),
+        ("running", "She runs every morning"),
+        ("adoption agencies", "We want to adopt; the agency called"),
+    ]:
         assert set(query_terms(query)) <= indexed(document), (query, document)
+    assert segment_for_search("2024 x86 ab") == "2024 x86 ab", "numbers and short words stay as they are"
 
 
 def test_segmentation_skips_empty_parts_and_is_deterministic() -> None:
@@ -72,9 +80,9 @@ def test_segmentation_is_safe_from_many_threads_at_once() -> None:
 
 
 def test_query_terms_drop_stop_words_and_duplicates_in_order() -> None:
-    assert query_terms("What did the user say about coffee?") == ["say", "coffee"]
+    assert query_terms("What did the user say about coffee?") == ["say", "coffe"]
     assert query_terms("你知道我喜欢喝什么咖啡吗") == ["喜欢", "喝", "咖啡"]
-    assert query_terms("coffee Coffee COFFEES 咖啡 咖啡") == ["coffee", "咖啡"]
+    assert query_terms("coffee Coffee COFFEES 咖啡 咖啡") == ["coffe", "咖啡"]
     assert query_terms("the users, what is it? 的 了 是 我 他们") == []
     assert query_terms("") == []
 
