@@ -232,6 +232,30 @@ def test_context_recalls_relevant_older_messages_of_the_session(world) -> None:
     assert "Earlier in this conversation:\nuser: 我们约定数据库用 PostgreSQL 18" in pack.prompt
 
 
+def test_context_recalls_across_languages(world) -> None:
+    """A Chinese question recalls the English card and the English turn that mean it (vector arm)."""
+
+    def embedded(text: str) -> list[float]:
+        return get_provider().embed([text])[0]
+
+    card = world.node(
+        title="Hates coriander",
+        content="The user hates coriander in any dish.",
+        kind="recipe",
+        embedding=embedded("Hates coriander\nThe user hates coriander in any dish."),
+    )
+    world.node(title="Launch on Friday", content="The launch is on Friday.", kind="recipe",
+               embedding=embedded("Launch on Friday\nThe launch is on Friday."))
+    start = timezone.now() - timedelta(hours=1)
+    turn = world.message("I never eat coriander, it tastes like soap", created_at=start,
+                         embedding=embedded("I never eat coriander, it tastes like soap"))
+    for i in range(10):
+        world.message(f"闲聊 {i}", created_at=start + timedelta(minutes=i + 1))
+    pack = build_context(viewer=world.viewer, query_text="香菜", token_budget=4000)
+    assert [n.pk for n in pack.relevant_nodes] == [card.pk]
+    assert [m.pk for m in pack.relevant_messages] == [turn.pk]
+
+
 def test_context_never_shows_tenant_b(world) -> None:
     fill_everything(world)
     pack = build_context(viewer=world.viewer, query_text="香菜", token_budget=4000)
