@@ -194,6 +194,7 @@ class MemoryNode(TenantOwnedModel):
             models.Index(fields=["tenant", "scope", "status", "domain", "type", "key", "updated_at"],
                          name="node_key_idx"),
             models.Index(fields=["tenant", "category_path_text"], name="node_category_idx"),
+            models.Index(fields=["tenant", "kind", "status"], name="node_kind_idx"),
             models.Index(fields=["tenant", "session_id", "status", "updated_at"], name="node_session_idx"),
             models.Index(fields=["tenant", "workspace", "status", "updated_at"], name="node_workspace_idx"),
             models.Index(fields=["tenant", "user", "status", "updated_at"], name="node_user_idx"),

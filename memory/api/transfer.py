@@ -6,7 +6,9 @@ import os
 import tempfile
 
 from django.conf import settings
+from django.db import transaction
 from django.http import FileResponse
+from django.utils.decorators import method_decorator
 from drf_spectacular.utils import OpenApiResponse, OpenApiTypes, extend_schema
 from rest_framework import serializers
 from rest_framework.parsers import MultiPartParser
@@ -42,7 +44,10 @@ class ImportReportSerializer(serializers.Serializer):
     warnings = serializers.ListField(child=serializers.CharField())
 
 
+@method_decorator(transaction.non_atomic_requests, name="dispatch")
 class WorkspaceExportApi(MemoryApiView):
+    """Not in the request transaction: the export reads every table from its own repeatable-read snapshot."""
+
     @extend_schema(operation_id="workspace_export", responses={
         (200, "application/vnd.sqlite3"): OpenApiResponse(OpenApiTypes.BINARY, description="The SQLite file"),
         **ERRORS})

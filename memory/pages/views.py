@@ -18,6 +18,7 @@ from django.contrib import messages
 from django.contrib.auth import login as auth_login
 from django.contrib.auth import logout as auth_logout
 from django.contrib.auth.forms import AuthenticationForm
+from django.db import transaction
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
@@ -582,6 +583,7 @@ def workspace_view(request: HttpRequest, access: PageAccess) -> HttpResponse:
     return render(request, "pages/workspace.html", context)
 
 
+@transaction.non_atomic_requests  # the export reads from its own repeatable-read snapshot
 @require_GET
 @tenant_page
 def workspace_export(request: HttpRequest, access: PageAccess) -> HttpResponse:
