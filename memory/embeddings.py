@@ -16,12 +16,12 @@ import logging
 import math
 import os
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from django.core.exceptions import ImproperlyConfigured
+
+from memory.http_json import post_json
 
 __all__ = [
     "EmbeddingError",
@@ -147,31 +147,8 @@ class OpenAICompatibleProvider:
         return vectors
 
     def _post(self, body: bytes) -> bytes:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return response.read()
-        except urllib.error.HTTPError as error:
-            detail = error.read(500).decode("utf-8", "replace").strip()
-            raise EmbeddingError(
-                f"Embedding endpoint {self.url} answered HTTP {error.code}: {detail or error.reason}. "
-                "Check EKKO_EMBEDDING_BASE_URL, EKKO_EMBEDDING_MODEL and EKKO_EMBEDDING_API_KEY."
-            ) from error
-        except TimeoutError as error:
-            raise EmbeddingError(
-                f"Embedding endpoint {self.url} did not answer within {self.timeout:g}s."
-            ) from error
-        except urllib.error.URLError as error:
-            if isinstance(error.reason, TimeoutError):
-                raise EmbeddingError(
-                    f"Embedding endpoint {self.url} did not answer within {self.timeout:g}s."
-                ) from error
-            raise EmbeddingError(f"Embedding endpoint {self.url} is unreachable: {error.reason}.") from error
-        except OSError as error:
-            raise EmbeddingError(f"Embedding endpoint {self.url} failed: {error}.") from error
+        return post_json(self.url, body, api_key=self._api_key, timeout=self.timeout, error=EmbeddingError,
+                         label="Embedding endpoint", hint="Check EKKO_EMBEDDING_BASE_URL, EKKO_EMBEDDING_MODEL and EKKO_EMBEDDING_API_KEY.")
 
     def _embed_batch(self, texts: list[str]) -> list[list[float]]:
         body = json.dumps({"model": self.model, "input": texts}, ensure_ascii=False).encode("utf-8")

@@ -14,13 +14,12 @@ from __future__ import annotations
 import json
 import logging
 import re
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from memory.extractors import KnownNode, MemoryExtraction, PlanError, SourceMessage, plan_from_json
+from memory.http_json import post_json
 from memory.schema import DEFAULT_KINDS, KindSpec, find_sensitive_content
 from memory.summarizer import SummaryDraft, redact, summary_from_json
 
@@ -52,31 +51,8 @@ class ChatClient:
         self._api_key = api_key
 
     def _post(self, body: bytes) -> bytes:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return response.read()
-        except urllib.error.HTTPError as error:
-            detail = error.read(300).decode("utf-8", "replace").strip()
-            raise LLMError(
-                f"Chat endpoint {self.url} answered HTTP {error.code}: {detail or error.reason}. "
-                "Check EKKO_LLM_BASE_URL, EKKO_LLM_MODEL and EKKO_LLM_API_KEY."
-            ) from error
-        except TimeoutError as error:
-            raise LLMError(
-                f"Chat endpoint {self.url} did not answer within {self.timeout:g}s (EKKO_LLM_TIMEOUT)."
-            ) from error
-        except urllib.error.URLError as error:
-            if isinstance(error.reason, TimeoutError):
-                raise LLMError(
-                    f"Chat endpoint {self.url} did not answer within {self.timeout:g}s (EKKO_LLM_TIMEOUT)."
-                ) from error
-            raise LLMError(f"Chat endpoint {self.url} is unreachable: {error.reason}.") from error
-        except OSError as error:
-            raise LLMError(f"Chat endpoint {self.url} failed: {error}.") from error
+        return post_json(self.url, body, api_key=self._api_key, timeout=self.timeout, error=LLMError,
+                         label="Chat endpoint", hint="Check EKKO_LLM_BASE_URL, EKKO_LLM_MODEL and EKKO_LLM_API_KEY (timeout: EKKO_LLM_TIMEOUT).")
 
     def complete_json(self, *, system: str, user: str) -> dict[str, Any]:
         """Return the JSON object the model answers to `system` + `user`."""
