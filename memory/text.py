@@ -85,7 +85,7 @@ def _get_jieba() -> Any:
     return _jieba
 
 
-@functools.lru_cache(maxsize=200_000)
+@functools.lru_cache(maxsize=65_536)
 def _stem(word: str) -> str:
     """Return the English Snowball stem of a lower-case ASCII word; other words come back unchanged.
 
