@@ -33,6 +33,8 @@ Semantics chosen where API.md is silent:
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -72,15 +74,25 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+# (searched-rows SQL, params) -> (row count, monotonic expiry); see ROW_COUNT_REUSE_FROM.
+_row_counts: dict[tuple, tuple[int, float]] = {}
+_row_counts_lock = threading.Lock()
+
 SEARCH_LIMIT_DEFAULT = 50
 SEARCH_LIMIT_MAX = 200
 MESSAGE_LIMIT_DEFAULT = 20
 # Bounds on each arm: the keyword arm ranks at most this many matches' ids, the vector arm asks the
 # HNSW index for this many neighbours, and structured enumeration reads a margin past `limit` so
-# conflict losers and expired cards can still be reported. The searched rows are counted up to
-# ROW_COUNT_CAP for the term weights (beyond it the weights barely move and counting costs more).
+# conflict losers and expired cards can still be reported.
 KEYWORD_CANDIDATES = 200
-ROW_COUNT_CAP = 50_000
+# The term weights need the number of searched rows. It is counted up to ROW_COUNT_CAP (beyond it the
+# weights barely move); a count of at least ROW_COUNT_REUSE_FROM rows is reused for ROW_COUNT_TTL
+# seconds by later searches over the same rows, since it costs a read of every row and drifts slowly.
+# Smaller sets are counted every time (cheap, and exact for tests and small workspaces).
+ROW_COUNT_CAP = 10_000
+ROW_COUNT_REUSE_FROM = 2_000
+ROW_COUNT_TTL = 120.0
+_ROW_COUNTS_MAX = 1024
 VECTOR_CANDIDATES = 100
 HNSW_EF_SEARCH = 100
 STRUCTURED_MARGIN = 50
@@ -269,28 +281,52 @@ def _text_candidates(arm_base: QuerySet, plan: _TextPlan) -> _TextCandidates:
             f" WHERE b.embedding IS NOT NULL ORDER BY distance LIMIT {VECTOR_CANDIDATES:d})"
         )
         params += [vector, *base_params]
-    parts.append(
-        f"(SELECT 'n', NULL, count(*), NULL::float8, {nulls} FROM"
-        f" (SELECT 1 FROM ({base_sql}) b LIMIT {ROW_COUNT_CAP:d}) c)"
-    )
-    params += base_params
+    count_key = (base_sql, tuple(str(param) for param in base_params))
+    row_count = _reused_row_count(count_key)
+    if row_count is None:
+        parts.append(
+            f"(SELECT 'n', NULL, count(*), NULL::float8, {nulls} FROM"
+            f" (SELECT 1 FROM ({base_sql}) b LIMIT {ROW_COUNT_CAP:d}) c)"
+        )
+        params += base_params
     with connection.cursor() as cursor:
         cursor.execute(" UNION ALL ".join(parts), params)
         rows = cursor.fetchall()
 
-    row_count, document_frequencies = 0, [0] * len(bits)
+    document_frequencies = [0] * len(bits)
     matched: dict[Any, int] = {}
     distance: dict[Any, float | None] = {}
     for arm, pk, mask, row_distance, *row_frequencies in rows:
         if arm == "n":
             row_count = mask
+            _remember_row_count(count_key, mask)
         elif arm == "k":
             matched[pk], distance[pk], document_frequencies = mask, row_distance, row_frequencies
         else:
             distance[pk] = row_distance
     return _TextCandidates(
-        weights=term_weights(row_count, document_frequencies), matched=matched, distance=distance
+        weights=term_weights(row_count or 0, document_frequencies), matched=matched, distance=distance
     )
+
+
+def _reused_row_count(key: tuple) -> int | None:
+    with _row_counts_lock:
+        entry = _row_counts.get(key)
+    if entry is None or entry[1] < time.monotonic():
+        return None
+    return entry[0]
+
+
+def _remember_row_count(key: tuple, count: int) -> None:
+    if count < ROW_COUNT_REUSE_FROM:
+        return
+    with _row_counts_lock:
+        if len(_row_counts) >= _ROW_COUNTS_MAX:
+            now = time.monotonic()
+            stale = [k for k, (_, expiry) in _row_counts.items() if expiry < now] or list(_row_counts)[:1]
+            for old_key in stale:
+                del _row_counts[old_key]
+        _row_counts[key] = (count, time.monotonic() + ROW_COUNT_TTL)
 
 
 def _set_vector_search_width(plan: _TextPlan) -> None:
