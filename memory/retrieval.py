@@ -6,9 +6,9 @@ viewer see, inside `tenant_context(viewer.tenant)`. A text search runs both arms
 that returns candidate ids only: which query terms each keyword match contains, how many of the
 searched rows contain each term (the terms' BM25 weights) and each candidate's vector distance.
 Card search then loads the scored cards (plus the structured matches) in a second query; message
-search loads its best candidates together with the turns that follow them, because a reply inherits
-part of the score of the turn it answers (memory.ranking.with_previous_turns). The only write is the
-access-count bump through `memory.services.node_access_record` (DESIGN rule 12).
+search looks up the turns that follow its best candidates, because a reply inherits part of the
+score of the turn it answers (memory.ranking.with_previous_turns), and loads only the winners. The
+only write is the access-count bump through `memory.services.node_access_record` (DESIGN rule 12).
 
 Semantics chosen where API.md is silent:
 - `key` with a ':' is an exact canonical key; a bare slot key ("avoid_ingredient") matches the slot
@@ -98,8 +98,8 @@ HNSW_EF_SEARCH = 100
 STRUCTURED_MARGIN = 50
 # Terms beyond this add little to a ranking and a lot to the per-term match count.
 MAX_QUERY_TERMS = 16
-# Message search lends a turn part of the score of the turn before it: the best this many candidates
-# (or twice the limit) are loaded with the turns that follow them, and the answer is chosen among those.
+# Message search lends a turn part of the score of the turn before it: the turns that follow the best
+# this many candidates (or twice the limit) are looked up; a turn further down gains too little to count.
 CONTEXT_CANDIDATES = 50
 
 NODE_DEFERRED_FIELDS = ("embedding", "search_vector", "search_text")
@@ -506,43 +506,23 @@ def search_messages(
         _set_vector_search_width(plan)
         scores = _text_candidates(base, plan).scores(len(plan.terms))
         best = list(scores)[: max(CONTEXT_CANDIDATES, 2 * limit)]
-        rows, previous = _best_turns_and_followers(base, best)
-    scores = with_previous_turns(scores, previous)
-    # The winners are the best candidates and the turns that follow them (which may gain).
-    hits = sorted(
-        (row for pk, row in rows.items() if pk in scores),
-        key=lambda row: (-scores[row.pk], -row.created_at.timestamp(), row.pk),
-    )[:limit]
+        scores = with_previous_turns(scores, _previous_turns(base, best))
+        winners = list(scores)[:limit]
+        rows = MemoryMessage.objects.defer(*MESSAGE_DEFERRED_FIELDS).filter(pk__in=winners)
+        hits = sorted(rows, key=lambda row: (-scores[row.pk], -row.created_at.timestamp(), row.pk))
     return [(row, scores[row.pk]) for row in hits], diagnostics
 
 
-def _best_turns_and_followers(
-    base: QuerySet, message_pks: list[int]
-) -> tuple[dict[int, MemoryMessage], dict[int, int]]:
-    """Load the given messages and the turn that follows each (same session, by time then id).
-
-    Returns the loaded rows by pk and {following turn: message}, in one query.
-    """
+def _previous_turns(base: QuerySet, message_pks: list[int]) -> dict[int, int]:
+    """Return {turn that follows: message} for the given messages (same session, by time then id)."""
     if not message_pks:
-        return {}, {}
+        return {}
     base_sql, base_params = base.order_by().values("id", "session_id", "created_at").query.sql_with_params()
-    table = MemoryMessage._meta.db_table
-    columns = ", ".join(
-        f"m.{field.column}" for field in MemoryMessage._meta.concrete_fields
-        if field.attname not in MESSAGE_DEFERRED_FIELDS
-    )
-    query = MemoryMessage.objects.raw(
-        f"WITH top AS (SELECT c.id, (SELECT b.id FROM ({base_sql}) b WHERE b.session_id = c.session_id"
-        f" AND (b.created_at, b.id) > (c.created_at, c.id) ORDER BY b.created_at, b.id LIMIT 1) AS next_id"
-        f" FROM {table} c WHERE c.id = ANY(%s))"
-        f" SELECT {columns}, t.previous_id FROM (SELECT id, NULL::bigint AS previous_id FROM top"
-        f" UNION ALL SELECT next_id, id FROM top WHERE next_id IS NOT NULL) t JOIN {table} m ON m.id = t.id",
-        [*base_params, list(message_pks)],
-    )
-    rows: dict[int, MemoryMessage] = {}
-    previous: dict[int, int] = {}
-    for row in query:
-        rows.setdefault(row.pk, row)
-        if row.previous_id is not None:
-            previous[row.pk] = row.previous_id
-    return rows, previous
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT c.id, (SELECT b.id FROM ({base_sql}) b WHERE b.session_id = c.session_id"
+            f" AND (b.created_at, b.id) > (c.created_at, c.id) ORDER BY b.created_at, b.id LIMIT 1)"
+            f" FROM {MemoryMessage._meta.db_table} c WHERE c.id = ANY(%s)",
+            [*base_params, list(message_pks)],
+        )
+        return {following: pk for pk, following in cursor.fetchall() if following is not None}

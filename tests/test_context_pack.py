@@ -280,7 +280,7 @@ def test_build_context_query_count_is_capped(world, django_assert_max_num_querie
     # Six parts, each in its own tenant transaction (savepoint, bind, query, unbind, release); the
     # searches add the text arms, the cards' select, the turns that follow the best messages and
     # the winning messages' select: the count does not grow with the data.
-    with django_assert_max_num_queries(35):
+    with django_assert_max_num_queries(36):
         build_context(viewer=world.viewer, query_text="迁移 香菜", token_budget=4000)
 
 
