@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import threading
+from http.server import ThreadingHTTPServer
 
 import pytest
 
-from memory.models import MemoryNode
+from memory import tasks
+from memory.models import ExtractionRun, MemoryNode
 from tenants.context import tenant_context
 from tests.api_client import api_for
 from tests.test_api_memory_rules import cilantro, create
+from tests.test_llm_extractor import FakeChatModel
 from tests.worker import REDIS_URL, celery_worker, use_broker, wait_for
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
@@ -47,8 +51,6 @@ def test_a_write_is_followed_by_its_embedding_from_the_worker(client, tenant_a, 
 
 
 def test_the_api_answers_while_the_broker_is_down_and_work_catches_up(client, tenant_a, queue):
-    from memory import tasks
-
     use_broker("redis://127.0.0.1:1/0", queue)  # nothing listens there
     api = api_for(client, tenant_a)
     node_id = _write_cilantro(api)  # 200, although the embedding could not be queued
@@ -57,3 +59,43 @@ def test_the_api_answers_while_the_broker_is_down_and_work_catches_up(client, te
     with celery_worker(queue):
         tasks.embed_missing.delay()  # what Celery beat runs every few minutes
         wait_for(lambda: _has_vector(tenant_a, node_id), what="the sweep to embed the missed node")
+
+
+def test_a_failed_extraction_is_retried_by_the_worker_and_applied_once(client, tenant_a, queue, settings):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeChatModel)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    settings.EKKO_EXTRACT_DELAY_SECONDS = 0
+    worker_env = {"EKKO_LLM_MODEL": "tiny-chat", "EKKO_EXTRACT_RETRY_BASE_SECONDS": "1",
+                  "EKKO_EXTRACT_DELAY_SECONDS": "0", "no_proxy": "127.0.0.1", "NO_PROXY": "127.0.0.1"}
+
+    def runs() -> list[ExtractionRun]:
+        with tenant_context(tenant_a):
+            return list(ExtractionRun.objects.filter(session_id="dinner"))
+
+    def cards() -> list[str]:
+        with tenant_context(tenant_a):
+            return sorted(MemoryNode.objects.filter(status="active").values_list("key", flat=True))
+
+    api = api_for(client, tenant_a)
+    try:
+        with celery_worker(queue, {**worker_env, "EKKO_LLM_BASE_URL": f"{base}/fail/v1/"}):
+            api.post("messages", {"sessionId": "dinner", "userId": "alice", "messages": [
+                {"id": "u1", "role": "user", "content": "以后做饭别给我推荐香菜，我喜欢少油少辣。"}]}, expect=201)
+            api.post("extract", {"sessionId": "dinner", "userId": "alice"}, expect=202)
+            wait_for(lambda: runs() and all(r.status == "retrying" for r in runs()), what="a failed attempt")
+        assert cards() == [] and all(r.attempts == 1 for r in runs())
+        with celery_worker(queue, {**worker_env, "EKKO_LLM_BASE_URL": f"{base}/ok/v1/"}):
+            tasks.retry_extractions.delay()  # what Celery beat runs every minute
+            wait_for(lambda: all(r.status == "done" for r in runs()), what="the retry to apply the plan")
+            applied = cards()
+            assert "avoid_ingredient:香菜" in applied
+            # Nothing is due now: a second sweep, and a redelivered task, must not apply the plan again.
+            assert tasks.retry_extractions.delay().get(timeout=60) == 0
+            for run in runs():
+                assert tasks.extract_session.delay(tenant_a.pk, str(run.pk)).get(timeout=60) == "done"
+        assert cards() == applied and len(applied) == len(set(applied))
+        assert all(r.attempts == 2 for r in runs())
+    finally:
+        server.shutdown()
+        server.server_close()
