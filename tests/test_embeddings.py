@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import math
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -22,6 +21,7 @@ from memory.embeddings import (
     get_provider,
     reset_provider,
 )
+from tests.loopback import loopback_server
 
 DIMENSIONS = 4
 
@@ -77,16 +77,8 @@ class FakeEmbeddingsHandler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def fake_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    monkeypatch.setenv("no_proxy", "127.0.0.1")
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    FakeEmbeddingsHandler.requests = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeEmbeddingsHandler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with loopback_server(FakeEmbeddingsHandler, monkeypatch) as url:
+        yield url
 
 
 @pytest.fixture

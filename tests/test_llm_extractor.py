@@ -8,11 +8,10 @@ not JSON, `fenced` wraps the plan in a Markdown code fence, `nosummary` fails su
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from django.utils import timezone
@@ -24,6 +23,7 @@ from memory.llm import ChatClient, LLMError, llm_extract
 from memory.models import ExtractionRun, MemoryNode, MemorySummary
 from tenants.context import tenant_context
 from tests.api_client import api_for
+from tests.loopback import loopback_server
 
 SEED = "以后做饭别给我推荐香菜，我喜欢少油少辣。"
 
@@ -189,16 +189,8 @@ class FakeChatModel(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def model_server(monkeypatch) -> Iterator[str]:
-    monkeypatch.setenv("no_proxy", "127.0.0.1")
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    FakeChatModel.requests = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeChatModel)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with loopback_server(FakeChatModel, monkeypatch) as url:
+        yield url
 
 
 @pytest.fixture

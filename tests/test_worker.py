@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import threading
-from http.server import ThreadingHTTPServer
 
 import pytest
 
@@ -12,6 +10,7 @@ from memory import tasks
 from memory.models import ExtractionRun, MemoryNode
 from tenants.context import tenant_context
 from tests.api_client import api_for
+from tests.loopback import loopback_server
 from tests.test_api_memory_rules import cilantro, create
 from tests.test_llm_extractor import FakeChatModel
 from tests.worker import REDIS_URL, celery_worker, use_broker, wait_for
@@ -62,9 +61,6 @@ def test_the_api_answers_while_the_broker_is_down_and_work_catches_up(client, te
 
 
 def test_a_failed_extraction_is_retried_by_the_worker_and_applied_once(client, tenant_a, queue, settings):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeChatModel)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}"
     settings.EKKO_EXTRACT_DELAY_SECONDS = 0
     worker_env = {"EKKO_LLM_MODEL": "tiny-chat", "EKKO_EXTRACT_RETRY_BASE_SECONDS": "1",
                   "EKKO_EXTRACT_DELAY_SECONDS": "0", "no_proxy": "127.0.0.1", "NO_PROXY": "127.0.0.1"}
@@ -78,7 +74,7 @@ def test_a_failed_extraction_is_retried_by_the_worker_and_applied_once(client, t
             return sorted(MemoryNode.objects.filter(status="active").values_list("key", flat=True))
 
     api = api_for(client, tenant_a)
-    try:
+    with loopback_server(FakeChatModel) as base:
         with celery_worker(queue, {**worker_env, "EKKO_LLM_BASE_URL": f"{base}/fail/v1/"}):
             api.post("messages", {"sessionId": "dinner", "userId": "alice", "messages": [
                 {"id": "u1", "role": "user", "content": "以后做饭别给我推荐香菜，我喜欢少油少辣。"}]}, expect=201)
@@ -95,7 +91,4 @@ def test_a_failed_extraction_is_retried_by_the_worker_and_applied_once(client, t
             for run in runs():
                 assert tasks.extract_session.delay(tenant_a.pk, str(run.pk)).get(timeout=60) == "done"
         assert cards() == applied and len(applied) == len(set(applied))
-        assert all(r.attempts == 2 for r in runs())
-    finally:
-        server.shutdown()
-        server.server_close()
+    assert all(r.attempts == 2 for r in runs())

@@ -27,6 +27,7 @@ def use_broker(url: str | None, queue: str = "ekko") -> None:
     pools.reset()
     app._pool = None
     app.amqp._producer_pool = None
+    app._local.__dict__.pop("backend", None)  # the result backend is cached per thread
 
 
 @contextmanager
