@@ -263,16 +263,18 @@ def _text_candidates(arm_base: QuerySet, plan: _TextPlan) -> _TextCandidates:
     frequency_columns = ", ".join(f"w.df{bit:d}" for bit in bits)
     nulls = ", ".join(["NULL::bigint"] * len(bits))
     vector = _vector_literal(plan.vector) if plan.vector is not None else None
-    distance_sql = "w.embedding <=> %s::vector" if vector is not None else "NULL::float8"
+    distance_sql = "t.embedding <=> %s::vector" if vector is not None else "NULL::float8"
 
-    # ('k' | 'v' | 'n', id, mask or row count, distance, one document frequency per term)
+    # ('k' | 'v' | 'n', id, mask or row count, distance, one document frequency per term); the keyword
+    # rows' distances are computed after the limit (a vector may live out of line: read it only then).
     parts = [
-        f"(SELECT 'k', w.id, w.mask, {distance_sql}, {frequency_columns} FROM ("
-        f" SELECT m.id, m.embedding, m.mask, {frequencies} FROM ("
-        f"  SELECT s.id, s.embedding, ({mask_sql}) AS mask FROM ("
-        f"   SELECT b.id, b.embedding, strip(b.search_vector) AS sv FROM ({base_sql}) b"
-        f"   WHERE b.search_vector @@ to_tsquery('simple', %s) OFFSET 0) s) m) w"
-        f" ORDER BY {rarity} DESC, w.id LIMIT {KEYWORD_CANDIDATES:d})"
+        f"(SELECT 'k', t.id, t.mask, {distance_sql}, {frequency_columns.replace('w.', 't.')} FROM ("
+        f" SELECT w.id, w.embedding, w.mask, {frequency_columns} FROM ("
+        f"  SELECT m.id, m.embedding, m.mask, {frequencies} FROM ("
+        f"   SELECT s.id, s.embedding, ({mask_sql}) AS mask FROM ("
+        f"    SELECT b.id, b.embedding, strip(b.search_vector) AS sv FROM ({base_sql}) b"
+        f"    WHERE b.search_vector @@ to_tsquery('simple', %s) OFFSET 0) s) m) w"
+        f"  ORDER BY {rarity} DESC, w.id LIMIT {KEYWORD_CANDIDATES:d}) t)"
     ]
     params: list[Any] = [*([vector] if vector else []), *term_params, *base_params, tsquery_text(plan.terms)]
     if vector is not None:
