@@ -244,9 +244,8 @@ def _text_candidates(arm_base: QuerySet, plan: _TextPlan) -> _TextCandidates:
     term its document frequency among *all* those rows (window counts, taken before the limit); the
     KEYWORD_CANDIDATES rows holding the rarest terms are returned. With the searched-row count the
     frequencies give the terms' BM25 weights. Each matching row's tsvector is read once (`strip` in
-    a fenced subquery): rows are wide (the vector is kept inline), so their text columns live in
-    TOAST and each `@@` on the raw column would fetch them again. Vector arm: the nearest
-    VECTOR_CANDIDATES neighbours (HNSW) with their distances.
+    a fenced subquery): a long one lives in TOAST, and each `@@` on the raw column would fetch it
+    again. Vector arm: the nearest VECTOR_CANDIDATES neighbours (HNSW) with their distances.
     """
     base_sql, base_params = (
         arm_base.order_by().values("id", "embedding", "search_vector").query.sql_with_params()
