@@ -27,5 +27,14 @@ test: install
 lint: install
 	$(BIN)/ruff check .
 
+bench-api: install
+	$(BIN)/python bench/api_latency.py --nodes 10000 100000
+
+bench-locomo: install
+	$(BIN)/python bench/locomo.py
+
+bench-sqlite: install
+	$(BIN)/python bench/sqlite_io.py --nodes 100000
+
 clean-db:
 	rm -rf .ekko
