@@ -187,22 +187,22 @@ _provider: EmbeddingProvider | None = None
 def _build_provider() -> EmbeddingProvider:
     from django.conf import settings
 
-    kind = getattr(settings, "EKKO_EMBEDDING_PROVIDER", "local")
-    dimensions = int(getattr(settings, "EKKO_EMBEDDING_DIM", 512))
+    kind = settings.EKKO_EMBEDDING_PROVIDER
+    dimensions = int(settings.EKKO_EMBEDDING_DIM)
     if kind == "local":
         if dimensions != LocalUSEProvider.dimensions:
             raise ImproperlyConfigured(
                 f"The local provider makes {LocalUSEProvider.dimensions}-d vectors but EKKO_EMBEDDING_DIM "
                 f"is {dimensions}; set EKKO_EMBEDDING_DIM={LocalUSEProvider.dimensions}."
             )
-        return LocalUSEProvider(threads=int(getattr(settings, "EKKO_EMBEDDING_THREADS", 2)))
+        return LocalUSEProvider(threads=int(settings.EKKO_EMBEDDING_THREADS))
     if kind == "openai":
         return OpenAICompatibleProvider(
-            base_url=getattr(settings, "EKKO_EMBEDDING_BASE_URL", ""),
-            model=getattr(settings, "EKKO_EMBEDDING_MODEL", ""),
-            api_key=getattr(settings, "EKKO_EMBEDDING_API_KEY", ""),
+            base_url=settings.EKKO_EMBEDDING_BASE_URL,
+            model=settings.EKKO_EMBEDDING_MODEL,
+            api_key=settings.EKKO_EMBEDDING_API_KEY,
             dimensions=dimensions,
-            timeout=float(getattr(settings, "EKKO_EMBEDDING_TIMEOUT", 30.0)),
+            timeout=float(settings.EKKO_EMBEDDING_TIMEOUT),
         )
     raise ImproperlyConfigured(f"EKKO_EMBEDDING_PROVIDER must be 'local' or 'openai', got {kind!r}.")
 

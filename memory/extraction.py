@@ -92,38 +92,34 @@ RETRY_SWEEP_BATCH = 500
 _SESSION_LOCK_CLASS = 7301
 
 
-def _setting(name: str, default: int) -> int:
-    return int(getattr(settings, name, default))
-
-
 def _every_messages() -> int:
-    return _setting("EKKO_EXTRACT_EVERY_MESSAGES", 8)
+    return int(settings.EKKO_EXTRACT_EVERY_MESSAGES)
 
 
 def _token_threshold() -> int:
-    return _setting("EKKO_EXTRACT_TOKEN_THRESHOLD", 2000)
+    return int(settings.EKKO_EXTRACT_TOKEN_THRESHOLD)
 
 
 def _max_attempts() -> int:
-    return _setting("EKKO_EXTRACT_MAX_ATTEMPTS", 5)
+    return int(settings.EKKO_EXTRACT_MAX_ATTEMPTS)
 
 
 def _summary_every() -> int:
-    return _setting("EKKO_SUMMARY_EVERY_MESSAGES", 20)
+    return int(settings.EKKO_SUMMARY_EVERY_MESSAGES)
 
 
 def _trigger_delay() -> int:
-    return _setting("EKKO_EXTRACT_DELAY_SECONDS", 30)
+    return int(settings.EKKO_EXTRACT_DELAY_SECONDS)
 
 
 def _stale_after() -> timedelta:
-    return timedelta(seconds=_setting("EKKO_EXTRACT_STALE_SECONDS", 600))
+    return timedelta(seconds=int(settings.EKKO_EXTRACT_STALE_SECONDS))
 
 
 def retry_delay(attempts: int) -> timedelta:
     """Return the wait before retry number `attempts` (30 s, 60 s, 120 s, … capped)."""
-    base = _setting("EKKO_EXTRACT_RETRY_BASE_SECONDS", 30)
-    cap = _setting("EKKO_EXTRACT_RETRY_MAX_SECONDS", 3600)
+    base = int(settings.EKKO_EXTRACT_RETRY_BASE_SECONDS)
+    cap = int(settings.EKKO_EXTRACT_RETRY_MAX_SECONDS)
     return timedelta(seconds=min(cap, base * 2 ** max(0, attempts - 1)))
 
 

@@ -89,14 +89,14 @@ def chat_client() -> ChatClient | None:
     """Return a client for the configured chat model, or None when EKKO_LLM_BASE_URL is unset."""
     from django.conf import settings
 
-    base_url = getattr(settings, "EKKO_LLM_BASE_URL", "") or ""
+    base_url = settings.EKKO_LLM_BASE_URL or ""
     if not base_url:
         return None
     return ChatClient(
         base_url=base_url,
-        model=getattr(settings, "EKKO_LLM_MODEL", "") or "",
-        api_key=getattr(settings, "EKKO_LLM_API_KEY", "") or "",
-        timeout=float(getattr(settings, "EKKO_LLM_TIMEOUT", 60.0)),
+        model=settings.EKKO_LLM_MODEL or "",
+        api_key=settings.EKKO_LLM_API_KEY or "",
+        timeout=float(settings.EKKO_LLM_TIMEOUT),
     )
 
 

@@ -912,11 +912,11 @@ def _server_embedding_model() -> str | None:
     built = getattr(embeddings, "_provider", None)
     if built is not None:
         return built.model_id
-    provider = getattr(settings, "EKKO_EMBEDDING_PROVIDER", "local")
+    provider = settings.EKKO_EMBEDDING_PROVIDER
     if provider == "local":
         return embeddings.LocalUSEProvider.model_id
     if provider == "openai":
-        model = getattr(settings, "EKKO_EMBEDDING_MODEL", "")
+        model = settings.EKKO_EMBEDDING_MODEL
         return f"openai:{model}" if model else None
     return None
 

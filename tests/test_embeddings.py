@@ -187,9 +187,8 @@ def test_get_provider_builds_the_configured_provider_once(fake_server: str, sett
 
 def test_get_provider_defaults_to_the_local_provider(settings, fresh_provider, monkeypatch) -> None:
     monkeypatch.setattr(LocalUSEProvider, "warm", lambda self: None)
-    for name in ["EKKO_EMBEDDING_PROVIDER", "EKKO_EMBEDDING_THREADS"]:
-        if hasattr(settings, name):
-            delattr(settings, name)
+    # The defaults live in ekko_site/settings.py (environment unset in tests).
+    assert (settings.EKKO_EMBEDDING_PROVIDER, settings.EKKO_EMBEDDING_THREADS) == ("local", 2)
     settings.EKKO_EMBEDDING_DIM = 512
 
     provider = get_provider()
