@@ -45,10 +45,10 @@ def seed(tenant_slug: str, nodes: int, *, rng: random.Random, embed: bool) -> di
     """Create a tenant with `nodes` nodes (bulk), messages, and return ids the requests need."""
     from django.utils import timezone
 
-    from memory.embeddings import get_provider
     from memory.models import MemoryMessage, MemoryNode
-    from memory.schema import DEFAULT_KINDS
-    from memory.text import segment_for_search
+    from memory.rules.schema import DEFAULT_KINDS
+    from memory.rules.text import segment_for_search
+    from memory.search.embeddings import get_provider
     from memory.visibility import owner_ref
     from tenants.context import tenant_context
     from tenants.models import Workspace

@@ -101,7 +101,7 @@ def existing_workspaces(tenant, bench: dict) -> dict[str, int] | None:  # noqa: 
     """Return {conversation id: workspace pk} when every conversation is fully stored with today's
     segmentation (a changed stemmer or stop list means re-ingesting), else None."""
     from memory.models import MemoryMessage
-    from memory.text import segment_for_search
+    from memory.rules.text import segment_for_search
     from tenants.context import tenant_context
     from tenants.models import Workspace
 
@@ -135,8 +135,8 @@ def drop_workspaces(tenant) -> None:  # noqa: ANN001
 
 def missing_vectors(tenant) -> int:  # noqa: ANN001
     """Embeddable messages of the tenant without a vector of the current provider's model."""
-    from memory.embedding_service import embeddable_messages, stale_vector_q
-    from memory.embeddings import get_provider
+    from memory.search.embeddings import get_provider
+    from memory.services.embeddings import embeddable_messages, stale_vector_q
     from tenants.context import tenant_context
 
     with tenant_context(tenant):
@@ -145,7 +145,7 @@ def missing_vectors(tenant) -> int:  # noqa: ANN001
 
 def wait_for_vectors(tenant) -> float:  # noqa: ANN001
     """Poll until every embeddable message has its vector; embed stragglers in-process after a stall."""
-    from memory.embedding_service import embed_missing
+    from memory.services.embeddings import embed_missing
 
     started = time.perf_counter()
     last, stalled_since = None, time.perf_counter()
@@ -286,7 +286,7 @@ def main() -> None:
     setup_django()
     from django.conf import settings
 
-    from memory.embeddings import get_provider
+    from memory.search.embeddings import get_provider
     from tenants.services import api_key_create
 
     provider = get_provider()

@@ -1,4 +1,4 @@
-"""Time SQLite export and import of a large workspace (memory.sqlite_io) and print the figures.
+"""Time SQLite export and import of a large workspace (memory.transfer.sqlite_io) and print the figures.
 
     .venv/bin/python bench/sqlite_io.py [--nodes 100000] [--vectors] [--keep-files]
 
@@ -37,8 +37,12 @@ from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from memory.models import MemoryAuditEvent, MemoryMessage, MemoryNode, MemorySummary  # noqa: E402
-from memory.sqlite_io import _server_embedding_model, workspace_export_sqlite, workspace_import_sqlite  # noqa: E402
-from memory.text import segment_for_search  # noqa: E402
+from memory.rules.text import segment_for_search  # noqa: E402
+from memory.transfer.sqlite_io import (  # noqa: E402
+    _server_embedding_model,
+    workspace_export_sqlite,
+    workspace_import_sqlite,
+)
 from memory.visibility import owner_ref  # noqa: E402
 from tenants.context import tenant_context  # noqa: E402
 from tenants.models import Tenant, Workspace  # noqa: E402

@@ -8,4 +8,4 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ekko_site.settings")
 
 app = Celery("ekko")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks()
+app.autodiscover_tasks(["memory.pipeline"])  # memory/pipeline/tasks.py

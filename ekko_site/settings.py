@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
-
 import warnings
+from pathlib import Path
 
 import dj_database_url
 
@@ -142,7 +141,7 @@ EKKO_EMBEDDING_BASE_URL = os.environ.get("EKKO_EMBEDDING_BASE_URL", "")
 EKKO_EMBEDDING_MODEL = os.environ.get("EKKO_EMBEDDING_MODEL", "")
 EKKO_EMBEDDING_API_KEY = os.environ.get("EKKO_EMBEDDING_API_KEY", "")
 EKKO_EMBEDDING_TIMEOUT = float(os.environ.get("EKKO_EMBEDDING_TIMEOUT", "30"))
-# Extraction and summaries after a turn (memory/extraction.py); an LLM when EKKO_LLM_BASE_URL is set.
+# Extraction and summaries after a turn (memory/pipeline/runs.py); an LLM when EKKO_LLM_BASE_URL is set.
 EKKO_LLM_BASE_URL = os.environ.get("EKKO_LLM_BASE_URL", "")
 EKKO_LLM_MODEL = os.environ.get("EKKO_LLM_MODEL", "")
 EKKO_LLM_API_KEY = os.environ.get("EKKO_LLM_API_KEY", "")

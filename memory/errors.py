@@ -52,7 +52,7 @@ class StoreUnavailable(MemoryServiceError):
 
 
 def from_schema_error(exc: Exception) -> MemoryServiceError:
-    """Turn a memory.schema.SchemaError (code, detail, field) into the matching service error."""
+    """Turn a memory.rules.schema.SchemaError (code, detail, field) into the matching service error."""
     code = getattr(exc, "code", "invalid")
     detail = getattr(exc, "detail", str(exc))
     field = getattr(exc, "field", None)

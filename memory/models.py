@@ -1,7 +1,7 @@
 """Memory tables (seed 000 with seed 003's `key`/`revision` and seed 004's access and channel fields).
 
 Every table is tenant-owned: its rows carry `tenant_id`, its unique constraints and hot indexes
-start with it, and row-level security keys on it. Only memory.services mutates these rows.
+start with it, and row-level security keys on it. Only memory.services.nodes mutates these rows.
 `search_text` holds jieba-segmented text; PostgreSQL derives the `search_vector` tsvector from it.
 """
 
@@ -232,7 +232,7 @@ class MemoryAuditEvent(TenantOwnedModel):
 
 
 class MemoryKind(TenantOwnedModel):
-    """A tenant-defined kind, added to the default catalogue (memory.schema) for that tenant only."""
+    """A tenant-defined kind, added to the default catalogue (memory.rules.schema) for that tenant only."""
 
     name = models.CharField(max_length=64)
     slot_key = models.CharField(max_length=64)

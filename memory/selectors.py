@@ -1,4 +1,4 @@
-"""Reads of memory rows by id or selector (no ranking: that is memory.retrieval); none of them write."""
+"""Reads of memory rows by id or selector (no ranking: that is memory.search.retrieval); none of them write."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from django.db.models import Q, QuerySet
 
 from memory.errors import NotFound, RequiresConfirmation
 from memory.models import MemoryAuditEvent, MemoryKind, MemoryMessage, MemoryNode, MemorySummary, NodeStatus
-from memory.schema import KindSpec
+from memory.rules.schema import KindSpec
 from memory.visibility import Viewer, accessible_nodes_q
 from tenants.context import tenant_context
 from tenants.models import Tenant

@@ -9,9 +9,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from memory.embeddings import reset_provider
 from memory.models import MemoryAuditEvent, MemoryNode
-from memory.services import nodes_expire_due
+from memory.search.embeddings import reset_provider
+from memory.services.nodes import nodes_expire_due
 from tenants.context import tenant_context
 from tests.api_client import api_for
 from tests.test_api_memory_rules import cilantro, create

@@ -8,11 +8,11 @@ import pytest
 from django.db import DatabaseError, OperationalError
 from django.utils import timezone
 
-from memory import context as context_module
-from memory.context import build_context
-from memory.embeddings import get_provider
 from memory.models import MemoryNode
-from memory.text import count_tokens
+from memory.rules.text import count_tokens
+from memory.search import context as context_module
+from memory.search.context import build_context
+from memory.search.embeddings import get_provider
 from tenants.context import tenant_context
 from tests.memory_factories import (
     default_workspace,

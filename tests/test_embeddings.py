@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from memory.embeddings import (
+from memory.search.embeddings import (
     EmbeddingError,
     EmbeddingProvider,
     LocalUSEProvider,
@@ -215,7 +215,7 @@ def test_embed_query_returns_none_and_warns_when_the_provider_fails(
     settings.EKKO_EMBEDDING_MODEL = "bge-m3"
     settings.EKKO_EMBEDDING_DIM = DIMENSIONS
 
-    with caplog.at_level(logging.WARNING, logger="memory.embeddings"):
+    with caplog.at_level(logging.WARNING, logger="memory.search.embeddings"):
         assert embed_query("coffee") is None
     assert "keywords only" in caplog.text
     assert embed_query("   ") is None

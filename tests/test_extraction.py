@@ -16,15 +16,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from memory import extraction, tasks
-from memory.extraction import (
-    extraction_maybe_request,
-    extraction_request,
-    extraction_retry_due,
-    extraction_run,
-    retry_delay,
-)
-from memory.extractors import (
+from memory.models import ExtractionRun, MemoryAuditEvent, MemoryMessage, MemoryNode, MemorySummary
+from memory.pipeline import runs as extraction
+from memory.pipeline import tasks
+from memory.pipeline.extractors import (
     KnownNode,
     PlanError,
     SourceMessage,
@@ -33,10 +28,16 @@ from memory.extractors import (
     is_trivial,
     plan_from_json,
 )
-from memory.models import ExtractionRun, MemoryAuditEvent, MemoryMessage, MemoryNode, MemorySummary
-from memory.schema import apply_confidence_contract
-from memory.services import message_append_batch
-from memory.summarizer import SummaryDraft, summarize_by_rules
+from memory.pipeline.runs import (
+    extraction_maybe_request,
+    extraction_request,
+    extraction_retry_due,
+    extraction_run,
+    retry_delay,
+)
+from memory.pipeline.summaries import SummaryDraft, summarize_by_rules
+from memory.rules.schema import apply_confidence_contract
+from memory.services.nodes import message_append_batch
 from memory.visibility import Viewer
 from tenants.context import tenant_context
 from tests.api_client import api_for

@@ -1,7 +1,7 @@
 """Browser pages through Django's test client: full page vs htmx fragment, CSRF, who sees and changes
 what (owner/admin/member/viewer), tenant crossing, edit conflicts, forget/restore and API keys.
 
-Data is written through the services (memory.services, tenants.services), as the agent API would.
+Data is written through the services (memory.services.nodes, tenants.services), as the agent API would.
 Tenant-global memories cannot be written by any caller, so `global_node` inserts one directly.
 """
 
@@ -16,7 +16,7 @@ from django.test import Client
 from django.utils import timezone
 
 from memory.models import MemoryAuditEvent, MemoryNode, NodeStatus
-from memory.services import message_append_batch, node_write_batch, summary_append
+from memory.services.nodes import message_append_batch, node_write_batch, summary_append
 from memory.visibility import Viewer, owner_ref
 from tenants.context import tenant_context
 from tenants.models import ApiKey, Role, Scope, Tenant, Workspace

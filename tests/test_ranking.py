@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from memory.ranking import (
+from memory.search.ranking import (
     KEYWORD_WEIGHT,
     VECTOR_MAX_DISTANCE,
     VECTOR_WEIGHT,

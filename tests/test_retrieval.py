@@ -10,9 +10,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from memory.embeddings import get_provider
 from memory.models import MemoryNode
-from memory.retrieval import MemoryQuery, search_messages, search_nodes
+from memory.search.embeddings import get_provider
+from memory.search.retrieval import MemoryQuery, search_messages, search_nodes
 from tenants.context import tenant_context
 from tests.memory_factories import (
     default_workspace,

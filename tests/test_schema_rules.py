@@ -1,4 +1,4 @@
-"""Unit tests for memory/schema.py, the pure rules module: one test per rule, no database."""
+"""Unit tests for memory/rules/schema.py, the pure rules module: one test per rule, no database."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory import schema
-from memory.schema import (
+from memory.rules import schema
+from memory.rules.schema import (
     ALWAYS_RECALLED_KINDS,
     DEFAULT_KINDS,
     KIND_SYNONYMS,

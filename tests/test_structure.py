@@ -87,7 +87,7 @@ BYPASS_ALLOWED = {
     "ekko_site/admin_site.py": "operators audit every tenant (staff only)",
     "tenants/admin.py": "operators audit every tenant (staff only)",
     "memory/admin.py": "operators audit every tenant (staff only)",
-    "memory/extraction.py": "the retry sweep finds due runs of every tenant, then works in each tenant's context",
+    "memory/pipeline/runs.py": "the retry sweep finds due runs of every tenant, then works in each tenant's context",
     "memory/management/commands/_workspace.py": "a CLI operator names a workspace by id",
 }
 

@@ -8,7 +8,7 @@ import threading
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory.text import (
+from memory.rules.text import (
     STOP_WORDS,
     count_tokens,
     query_terms,

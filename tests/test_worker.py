@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from memory import tasks
 from memory.models import ExtractionRun, MemoryNode
+from memory.pipeline import tasks
 from tenants.context import tenant_context
 from tests.api_client import api_for
 from tests.loopback import loopback_server

@@ -1,1 +1,1 @@
-"""The agent REST API of shared/API.md: thin views over memory.services, selectors and retrieval."""
+"""The agent REST API of shared/API.md: thin views over memory.services.nodes, selectors and retrieval."""

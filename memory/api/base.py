@@ -10,7 +10,13 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from memory.api.auth import ApiKeyAuthentication, KeyRateThrottle, Principal, principal_for_api_key, principal_for_user
+from memory.api.auth import (
+    ApiKeyAuthentication,
+    KeyRateThrottle,
+    Principal,
+    principal_for_api_key,
+    principal_for_user,
+)
 from memory.errors import Forbidden, NotFound, TooLarge
 from memory.models import MemoryNode
 from memory.presenters import node_to_api

@@ -13,8 +13,8 @@ from memory.api.base import MemoryApiView
 from memory.api.serializers import IdOrSlugField
 from memory.api.views import ERRORS, _parse
 from memory.errors import Forbidden
-from memory.extraction import extraction_get, extraction_request
 from memory.models import ExtractionRun, ExtractionStatus
+from memory.pipeline.runs import extraction_get, extraction_request
 from memory.presenters import iso
 
 OUTCOMES = ["applied", "noop", "skipped", "ignored"]

@@ -1,4 +1,4 @@
-"""Workspace export and import over the API: the Ekko local SQLite format of memory.sqlite_io."""
+"""Workspace export and import over the API: the Ekko local SQLite format of memory.transfer.sqlite_io."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from rest_framework.response import Response
 from memory.api.base import MemoryApiView
 from memory.api.views import ERRORS
 from memory.errors import Forbidden, Invalid
-from memory.sqlite_io import workspace_export_sqlite, workspace_import_sqlite
+from memory.transfer.sqlite_io import workspace_export_sqlite, workspace_import_sqlite
 from tenants.models import Tenant, Workspace
 
 

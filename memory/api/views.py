@@ -12,14 +12,16 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from memory import retrieval, selectors, services
+from memory import selectors
 from memory.api import serializers as s
 from memory.api.base import MemoryApiView
 from memory.api.tools import tool_definitions
-from memory.context import build_context
 from memory.errors import Forbidden
 from memory.presenters import audit_event_to_api, iso, message_to_api, summary_to_api
+from memory.search import retrieval
+from memory.search.context import build_context
 from memory.selectors import NodeSelector
+from memory.services import nodes as services
 from tenants.context import tenant_context
 from tenants.models import Workspace
 from tenants.services import workspace_create

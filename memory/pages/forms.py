@@ -1,6 +1,6 @@
 """Forms of the memory pages: list filters, edit, forget (one or many), restore, API keys, switchers.
 
-Forms only parse and validate input; every change goes through memory.services or tenants.services.
+Forms only parse and validate input; every change goes through memory.services.nodes or tenants.services.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ class MemoryEditForm(forms.Form):
         return list(dict.fromkeys(t.strip() for t in raw.split(",") if t.strip()))
 
     def operation(self, node_id: UUID) -> dict[str, Any]:
-        """Return the `update` operation for memory.services.node_write_batch."""
+        """Return the `update` operation for memory.services.nodes.node_write_batch."""
         data = self.cleaned_data
         draft: dict[str, Any] = {
             "title": data["title"],

@@ -1,7 +1,7 @@
 """Page views: one function per page, one template per page, fragments for htmx requests.
 
 Each view gets the resolved `PageAccess` (memory.pages.access), reads through selectors and
-changes memory only through memory.services (tenants.services for API keys). An htmx request
+changes memory only through memory.services.nodes (tenants.services for API keys). An htmx request
 gets the page's named partial (`page.html#fragment`) from the same view; a plain request the
 full page, so every link and form also works without JavaScript. Side effects reach the
 browser through `HX-Trigger` events (`memoriesChanged`), never inline scripts.
@@ -38,8 +38,8 @@ from memory.models import MemoryMessage, MemoryNode, MemorySummary, NodeStatus
 from memory.pages import forms, labels
 from memory.pages import selectors as pages
 from memory.pages.access import SESSION_WORKSPACE_KEY, PageAccess, tenant_page, wants_fragment
-from memory.services import ForgetRequest, node_forget, node_restore, node_write_batch
-from memory.sqlite_io import ImportError_, ImportReport, workspace_import_sqlite
+from memory.services.nodes import ForgetRequest, node_forget, node_restore, node_write_batch
+from memory.transfer.sqlite_io import ImportError_, ImportReport, workspace_import_sqlite
 from tenants.models import ApiKey
 from tenants.services import ApiKeyError, api_key_create, api_key_revoke
 

@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from memory.errors import MemoryServiceError
 from memory.management.commands._workspace import progress_bars, resolve_workspace, stderr_stream
-from memory.markdown_io import workspace_export_markdown
+from memory.transfer.markdown import workspace_export_markdown
 
 
 class Command(BaseCommand):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from memory.errors import MemoryServiceError
-from memory.jsonl_io import messages_import_jsonl
 from memory.management.commands._workspace import progress_bars, resolve_workspace, stderr_stream
+from memory.transfer.jsonl import messages_import_jsonl
 
 SHOWN_CONFLICTS = 20
 

@@ -6,9 +6,9 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 from tqdm import tqdm
 
-from memory.embedding_service import BATCH, embeddable_messages, messages_embed, nodes_embed, stale_vector_q
-from memory.embeddings import get_provider
 from memory.models import MemoryMessage, MemoryNode
+from memory.search.embeddings import get_provider
+from memory.services.embeddings import BATCH, embeddable_messages, messages_embed, nodes_embed, stale_vector_q
 from tenants.context import tenant_context
 from tenants.models import Tenant
 

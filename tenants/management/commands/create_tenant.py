@@ -1,8 +1,8 @@
 """`manage.py create_tenant <slug> --owner <username>`: create a tenant with its owner; idempotent."""
 
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.core.validators import validate_slug
-from django.core.exceptions import ValidationError
 
 from tenants.services import tenant_create
 

@@ -1,4 +1,4 @@
-"""Work that follows a commit (embeddings, extraction), queued from memory.services with on_commit.
+"""Work that follows a commit (embeddings, extraction), queued from memory.services.nodes with on_commit.
 
 Queuing never fails the request that caused it: with the broker down the failure is logged and
 the work stays visible in the database (rows without vectors, queued extraction runs), where the
@@ -25,21 +25,21 @@ def enqueue(task: Any, *args: Any) -> bool:
 
 def after_nodes_written(tenant_id: int, node_ids: list) -> None:
     """Queue embeddings for new or changed nodes."""
-    from memory import tasks
+    from memory.pipeline import tasks
 
     enqueue(tasks.embed_nodes, tenant_id, [str(pk) for pk in node_ids])
 
 
 def after_messages_captured(tenant_id: int, workspace_id: int, session_id: str, message_pks: list[int]) -> None:
     """Queue embeddings for new messages and, past the extraction thresholds, an extraction run."""
-    from memory import tasks
+    from memory.pipeline import tasks
 
     enqueue(tasks.embed_messages, tenant_id, message_pks)
     _maybe_extract(tenant_id, workspace_id, session_id, message_pks)
 
 
 def _maybe_extract(tenant_id: int, workspace_id: int, session_id: str, message_pks: list[int]) -> None:
-    from memory.extraction import extraction_maybe_request
+    from memory.pipeline.runs import extraction_maybe_request
 
     extraction_maybe_request(tenant_id=tenant_id, workspace_id=workspace_id, session_id=session_id,
                              message_pks=message_pks)

@@ -21,9 +21,15 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from memory import background
-from memory.errors import Forbidden, Invalid, NotFound, RequiresConfirmation, RevisionConflict, SensitiveContent
-from memory.errors import from_schema_error
+from memory.errors import (
+    Forbidden,
+    Invalid,
+    NotFound,
+    RequiresConfirmation,
+    RevisionConflict,
+    SensitiveContent,
+    from_schema_error,
+)
 from memory.models import (
     AuditEventType,
     MemoryAuditEvent,
@@ -32,8 +38,9 @@ from memory.models import (
     MemorySummary,
     NodeStatus,
 )
+from memory.pipeline import background
 from memory.presenters import node_to_api
-from memory.schema import (
+from memory.rules.schema import (
     DEFAULT_KINDS,
     KindSpec,
     SchemaError,
@@ -45,8 +52,8 @@ from memory.schema import (
     validate_scope_for_write,
     validate_value,
 )
+from memory.rules.text import count_tokens, segment_for_search
 from memory.selectors import NodeSelector, accessible_nodes, parse_node_id, selector_q, tenant_kinds
-from memory.text import count_tokens, segment_for_search
 from memory.visibility import Viewer, owner_ref
 from tenants.context import tenant_context
 from tenants.models import Scope, Tenant, Workspace

@@ -303,7 +303,7 @@ def _vector_send() -> Func:
 
 
 def _segment(*parts: str | None) -> str:
-    from memory.text import segment_for_search  # lazy: jieba loads on first use
+    from memory.rules.text import segment_for_search  # lazy: jieba loads on first use
 
     return segment_for_search(*parts)
 
@@ -311,9 +311,9 @@ def _segment(*parts: str | None) -> str:
 def _segmenter_id() -> str:
     import jieba
 
-    import memory.text
+    import memory.rules.text
 
-    source = Path(memory.text.__file__).read_bytes()
+    source = Path(memory.rules.text.__file__).read_bytes()
     return f"jieba-{jieba.__version__}/text-{hashlib.sha256(source).hexdigest()[:16]}"
 
 
@@ -907,7 +907,7 @@ def _write_info(
 
 def _server_embedding_model() -> str | None:
     """Return the model id this server embeds with, without loading the model."""
-    from memory import embeddings
+    from memory.search import embeddings
 
     built = getattr(embeddings, "_provider", None)
     if built is not None:
@@ -1489,7 +1489,7 @@ def _members_named(tenant: Tenant, usernames: set[str]) -> dict[str, int]:
 
 def _queue_embedding(state: _Import) -> None:
     """After commit, queue embeddings for the rows imported without a usable vector, in batches."""
-    from memory import background, tasks
+    from memory.pipeline import background, tasks
 
     tenant_id = state.tenant.pk
     nodes, messages = list(state.nodes_to_embed), list(state.messages_to_embed)

@@ -3,7 +3,7 @@
 A run (`ExtractionRun`, visible at `GET extract/{taskId}`) reads a session's main-channel messages
 in `(after_message_pk, up_to_message_pk]`, asks an extractor for a `MemoryExtraction` plan (the
 chat model when `EKKO_LLM_BASE_URL` is set, the rules otherwise) and applies it item by item
-through `memory.services.node_write_batch` as the system actor `system:extractor`, so the same
+through `memory.services.nodes.node_write_batch` as the system actor `system:extractor`, so the same
 rules and the same audit apply as for the API. An item that breaks a rule (sensitive content, a
 bad kind, a stale target) is skipped with its reason; the others still apply. Items that restate
 what is already remembered are no-ops, and the whole apply commits with the run's `done` state in
@@ -14,7 +14,7 @@ Runs start when a session crosses a threshold (`extraction_maybe_request`: N new
 budget, or an explicit statement by the user) or on request (`extraction_request`, `POST extract`);
 a session has at most one queued or running run. A failure never reaches the caller: the run goes
 to `retrying` with exponential backoff and `extraction_retry_due` (Celery beat, every minute)
-queues it again; after `EKKO_EXTRACT_MAX_ATTEMPTS` it is `failed`. Logger: `memory.extraction`.
+queues it again; after `EKKO_EXTRACT_MAX_ATTEMPTS` it is `failed`. Logger: `memory.pipeline.runs`.
 """
 
 from __future__ import annotations
@@ -36,16 +36,6 @@ from django.db.models import Count, Max, Q, Sum
 from django.utils import timezone
 
 from memory.errors import Forbidden, MemoryServiceError, NotFound
-from memory.extractors import (
-    KnownNode,
-    MemoryExtraction,
-    PlanItem,
-    SourceMessage,
-    extract_by_rules,
-    has_explicit_statement,
-    is_trivial,
-)
-from memory.llm import LLMError, chat_client, llm_extract
 from memory.models import (
     Channel,
     ExtractionRun,
@@ -56,7 +46,18 @@ from memory.models import (
     NodeStatus,
     Role,
 )
-from memory.schema import (
+from memory.pipeline.chat_model import LLMError, chat_client, llm_extract
+from memory.pipeline.extractors import (
+    KnownNode,
+    MemoryExtraction,
+    PlanItem,
+    SourceMessage,
+    extract_by_rules,
+    has_explicit_statement,
+    is_trivial,
+)
+from memory.pipeline.summaries import SummaryDraft, redact, summarize
+from memory.rules.schema import (
     KindSpec,
     SchemaError,
     apply_confidence_contract,
@@ -65,8 +66,7 @@ from memory.schema import (
     resolve_kind,
 )
 from memory.selectors import parse_node_id, tenant_kinds
-from memory.services import node_write_batch, summary_append
-from memory.summarizer import SummaryDraft, redact, summarize
+from memory.services.nodes import node_write_batch, summary_append
 from memory.visibility import Viewer, accessible_nodes_q, visible_nodes_q
 from tenants.context import all_tenants_context, tenant_context
 from tenants.models import Scope, Tenant, Workspace
@@ -80,7 +80,7 @@ __all__ = [
     "extraction_run",
 ]
 
-logger = logging.getLogger("memory.extraction")
+logger = logging.getLogger("memory.pipeline.runs")
 
 SYSTEM_ACTOR = "system:extractor"
 SYSTEM_WRITE_SCOPES = frozenset({Scope.SESSION.value, Scope.WORKSPACE.value, Scope.USER.value})
@@ -139,7 +139,7 @@ def _enqueue_on_commit(tenant_id: int, run_id: UUID | str, *, countdown: int = 0
     run_ref = str(run_id)
 
     def send() -> None:
-        from memory import tasks
+        from memory.pipeline import tasks
 
         try:
             if countdown > 0:

@@ -1,7 +1,7 @@
 """Pure ranking rules: keyword term weights, hybrid (keyword + vector) fusion, conversation context,
 reciprocal rank fusion and conflict precedence.
 
-Retrieval (memory.retrieval) fetches candidates; this module decides their order and which of two
+Retrieval (memory.search.retrieval) fetches candidates; this module decides their order and which of two
 memories about the same thing wins (DESIGN rule 8). Nothing here imports the ORM: every function
 works on plain values or on any object with a memory node's attributes (`id`, `scope`, `status`,
 `expires_at`, `explicit_user_intent`, `type`, `kind`, `updated_at`, `confidence`, `importance`,
@@ -14,7 +14,7 @@ weak its match), which was measured here to lower cross-language recall below ve
 - a keyword hit scores its *coverage*: the share of the query's term weight it contains, each term
   weighted by its BM25 inverse document frequency in the searched rows. A hit on a word that most
   rows contain ("the", "user", 他, 的, or a speaker's name) covers almost nothing; stop words never
-  become terms at all (memory.text.query_terms);
+  become terms at all (memory.rules.text.query_terms);
 - a vector hit scores its *closeness*, `1 - distance / VECTOR_MAX_DISTANCE`; neighbours beyond the
   distance floor are not hits;
 - the fused score is `KEYWORD_WEIGHT * coverage + VECTOR_WEIGHT * closeness`, so a row that matches
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from memory.schema import LOW_CONFIDENCE_OMIT_BELOW
+from memory.rules.schema import LOW_CONFIDENCE_OMIT_BELOW
 
 __all__ = [
     "KEYWORD_WEIGHT",

@@ -18,10 +18,10 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from memory.extractors import KnownNode, MemoryExtraction, PlanError, SourceMessage, plan_from_json
 from memory.http_json import post_json
-from memory.schema import DEFAULT_KINDS, KindSpec, find_sensitive_content
-from memory.summarizer import SummaryDraft, redact, summary_from_json
+from memory.pipeline.extractors import KnownNode, MemoryExtraction, PlanError, SourceMessage, plan_from_json
+from memory.pipeline.summaries import SummaryDraft, redact, summary_from_json
+from memory.rules.schema import DEFAULT_KINDS, KindSpec, find_sensitive_content
 
 __all__ = ["ChatClient", "LLMError", "chat_client", "llm_extract", "llm_summarize"]
 

@@ -1,20 +1,20 @@
 """Retrieval: `memory/search` over memory cards and `messages/search` over the evidence log.
 
 Owns candidate selection (structured filters, keyword and vector arms, list-all), fusion
-(memory.ranking), conflict resolution and limits. It reads only what memory.visibility lets the
+(memory.search.ranking), conflict resolution and limits. It reads only what memory.visibility lets the
 viewer see, inside `tenant_context(viewer.tenant)`. A text search runs both arms in one statement
 that returns candidate ids only: which query terms each keyword match contains, how many of the
 searched rows contain each term (the terms' BM25 weights) and each candidate's vector distance.
 Card search then loads the scored cards (plus the structured matches) in a second query; message
 search looks up the turns that follow its best candidates, because a reply inherits part of the
-score of the turn it answers (memory.ranking.with_previous_turns), and loads only the winners. The
-only write is the access-count bump through `memory.services.node_access_record` (DESIGN rule 12).
+score of the turn it answers (memory.search.ranking.with_previous_turns), and loads only the winners. The
+only write is the access-count bump through `memory.services.nodes.node_access_record` (DESIGN rule 12).
 
 Semantics chosen where API.md is silent:
 - `key` with a ':' is an exact canonical key; a bare slot key ("avoid_ingredient") matches the slot
   itself and every item of it ("avoid_ingredient:*").
 - `valueJson` is JSON equality, case- and form-sensitive: writes store values normalised
-  (memory.schema.normalize_value), so callers send the normalised value. `valueJson: null` given
+  (memory.rules.schema.normalize_value), so callers send the normalised value. `valueJson: null` given
   explicitly matches nodes without a value.
 - `tags` and `entities` match when a node has any of the given values (array overlap).
 - `categoryPathPrefix` matches whole path segments: ["生活技能", "做饭"] finds 生活技能/做饭 and
@@ -45,9 +45,11 @@ from django.db import connection
 from django.db.models import Case, F, IntegerField, Q, QuerySet, Value, When
 from django.utils import timezone
 
-from memory.embeddings import embed_query
 from memory.models import EMBEDDING_DIM, Channel, MemoryMessage, MemoryNode, NodeStatus
-from memory.ranking import (
+from memory.rules.schema import is_list_all_query
+from memory.rules.text import query_terms, tsquery_text
+from memory.search.embeddings import embed_query
+from memory.search.ranking import (
     KeywordHit,
     VectorHit,
     hybrid_scores,
@@ -56,9 +58,7 @@ from memory.ranking import (
     term_weights,
     with_previous_turns,
 )
-from memory.schema import is_list_all_query
-from memory.services import node_access_record
-from memory.text import query_terms, tsquery_text
+from memory.services.nodes import node_access_record
 from memory.visibility import Viewer, visible_nodes_q
 from tenants.context import tenant_context
 
@@ -225,7 +225,7 @@ class _TextCandidates:
     distance: dict[Any, float | None] = field(default_factory=dict)
 
     def scores(self, term_count: int) -> dict[Any, float]:
-        """Fuse the arms under memory.ranking's rules; best first."""
+        """Fuse the arms under memory.search.ranking's rules; best first."""
         return hybrid_scores(
             keyword=[
                 KeywordHit(pk, tuple(bool(mask >> index & 1) for index in range(term_count)))

@@ -10,7 +10,7 @@ explicit statements (「记住」「以后都」, "remember", "from now on", "al
 preferences (不吃X, 少油少辣, 喜欢吃X), how to address the user, the reply language, corrections,
 tasks and temporary states. Every node it proposes quotes the message verbatim (`source_quote`),
 so the confidence contract keeps its confidence. Node drafts use the snake_case names of
-`memory.services.node_write_batch`. Nothing here touches the ORM; the rules it writes under
+`memory.services.nodes.node_write_batch`. Nothing here touches the ORM; the rules it writes under
 (kinds, scopes, sensitive content) are enforced again by the write service.
 """
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, time, timedelta, tzinfo
 from typing import Any
 
-from memory.schema import (
+from memory.rules.schema import (
     DEFAULT_KINDS,
     SchemaError,
     find_sensitive_content,

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from django.db.models import Q
 from django.db.models.functions import Length
 
-from memory.embeddings import get_provider
 from memory.models import Channel, MemoryMessage, MemoryNode
+from memory.search.embeddings import get_provider
 from tenants.context import tenant_context
 from tenants.models import Tenant
 

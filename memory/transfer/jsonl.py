@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from memory.errors import Invalid, NotFound
 from memory.models import Channel, MemoryMessage, Role
-from memory.text import count_tokens, segment_for_search
+from memory.rules.text import count_tokens, segment_for_search
 from tenants.context import tenant_context
 from tenants.models import Membership, Tenant, Workspace
 
@@ -271,7 +271,7 @@ def messages_import_jsonl(
             tenant_id = tenant.pk
 
             def queue() -> None:
-                from memory import background, tasks
+                from memory.pipeline import background, tasks
 
                 for first in range(0, len(created), EMBED_BATCH):
                     background.enqueue(tasks.embed_messages, tenant_id, created[first : first + EMBED_BATCH])

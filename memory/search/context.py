@@ -2,7 +2,7 @@
 
 Owns assembly and the budget, not retrieval: recent messages, the latest summary and standing
 nodes come from the small selectors below, relevant nodes and relevant older messages from
-memory.retrieval. Seed 004's three layers share the budget: working memory (recent messages of the
+memory.search.retrieval. Seed 004's three layers share the budget: working memory (recent messages of the
 session, main channel, oldest to newest) 50 %, short-term memory (latest summary, then relevant
 older messages of the session) 30 %, long-term memory (nodes) 20 %. A layer's unused share flows
 down to the next; whatever the long-term layer leaves is offered back up (working first), so a
@@ -11,7 +11,7 @@ then short-term, then working. Within long-term memory the order is: always-reca
 tasks, nodes relevant to the query, other constraints, other preferences (at most 20 nodes).
 Each node appears once in the pack, in the list of its type (task, constraint, preference) or else
 in `relevant_nodes`. The rendered `prompt` never exceeds the budget (measured with
-memory.text.count_tokens on the final text).
+memory.rules.text.count_tokens on the final text).
 
 Failure never blocks the agent (DESIGN rule 11): every step runs in its own tenant transaction; a
 `DatabaseError` skips that part with a warning (`storeStatus: degraded`), and when every part fails
@@ -31,13 +31,13 @@ from django.db import DatabaseError
 from django.db.models import Case, F, IntegerField, Q, Value, When
 from django.utils import timezone
 
-from memory.embeddings import embed_query
 from memory.models import Channel, MemoryMessage, MemoryNode, MemorySummary, NodeStatus, NodeType
-from memory.ranking import resolve_conflicts
-from memory.retrieval import NODE_DEFERRED_FIELDS, MemoryQuery, search_messages, search_nodes
-from memory.schema import ALWAYS_RECALLED_KINDS
-from memory.services import node_access_record
-from memory.text import count_tokens, query_terms, truncate_to_tokens
+from memory.rules.schema import ALWAYS_RECALLED_KINDS
+from memory.rules.text import count_tokens, query_terms, truncate_to_tokens
+from memory.search.embeddings import embed_query
+from memory.search.ranking import resolve_conflicts
+from memory.search.retrieval import NODE_DEFERRED_FIELDS, MemoryQuery, search_messages, search_nodes
+from memory.services.nodes import node_access_record
 from memory.visibility import Viewer, visible_nodes_q
 from tenants.context import tenant_context
 

@@ -4,7 +4,7 @@
 latest user requests; preferences, constraints and pending work come from the rule extractor's
 plan for the same messages; decisions, completed work and known issues are sentences with the
 words that mark them (决定 / decided, 完成了 / done, 报错 / error). `summarize` uses the chat model
-when one is configured (memory.llm) and falls back to the rules when it fails, saying so. Every
+when one is configured (memory.pipeline.chat_model) and falls back to the rules when it fails, saying so. Every
 sentence that carries a secret is dropped (`redact`), so no summary stores one. No ORM.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from memory.extractors import (
+from memory.pipeline.extractors import (
     SourceMessage,
     extract_by_rules,
     is_trivial,
@@ -24,7 +24,7 @@ from memory.extractors import (
     split_sentences,
     trim_text,
 )
-from memory.schema import DEFAULT_KINDS, find_sensitive_content
+from memory.rules.schema import DEFAULT_KINDS, find_sensitive_content
 
 __all__ = ["SummaryDraft", "redact", "summarize", "summarize_by_rules", "summary_from_json"]
 
@@ -60,7 +60,7 @@ class SummaryDraft:
         return {_JSON_NAMES.get(f.name, f.name): getattr(self, f.name) for f in fields(self)}
 
     def as_service_data(self) -> dict[str, Any]:
-        """Return the fields in the snake_case names `memory.services.summary_append` takes."""
+        """Return the fields in the snake_case names `memory.services.nodes.summary_append` takes."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def redacted(self) -> SummaryDraft:
@@ -215,7 +215,7 @@ def summarize(
     messages: Sequence[SourceMessage], *, previous: SummaryDraft | None = None
 ) -> tuple[SummaryDraft, str]:
     """Return the summary and its source ("llm:<model>" or "rules"); a failing model falls back to rules."""
-    from memory.llm import LLMError, chat_client, llm_summarize
+    from memory.pipeline.chat_model import LLMError, chat_client, llm_summarize
 
     try:
         client = chat_client()

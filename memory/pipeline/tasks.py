@@ -14,41 +14,41 @@ logger = logging.getLogger(__name__)
 
 @shared_task(name="memory.embed_nodes", acks_late=True, max_retries=5, default_retry_delay=10)
 def embed_nodes(tenant_id: int, node_ids: list[str]) -> int:
-    from memory.embedding_service import nodes_embed
+    from memory.services.embeddings import nodes_embed
 
     return nodes_embed(tenant_id=tenant_id, node_ids=node_ids)
 
 
 @shared_task(name="memory.embed_messages", acks_late=True, max_retries=5, default_retry_delay=10)
 def embed_messages(tenant_id: int, message_pks: list[int]) -> int:
-    from memory.embedding_service import messages_embed
+    from memory.services.embeddings import messages_embed
 
     return messages_embed(tenant_id=tenant_id, message_pks=message_pks)
 
 
 @shared_task(name="memory.extract_session", acks_late=True)
 def extract_session(tenant_id: int, run_id: str) -> str:
-    from memory.extraction import extraction_run
+    from memory.pipeline.runs import extraction_run
 
     return extraction_run(tenant_id=tenant_id, run_id=run_id).status
 
 
 @shared_task(name="memory.retry_extractions")
 def retry_extractions() -> int:
-    from memory.extraction import extraction_retry_due
+    from memory.pipeline.runs import extraction_retry_due
 
     return extraction_retry_due()
 
 
 @shared_task(name="memory.expire_nodes")
 def expire_nodes() -> int:
-    from memory.services import nodes_expire_due
+    from memory.services.nodes import nodes_expire_due
 
     return nodes_expire_due()
 
 
 @shared_task(name="memory.embed_missing")
 def embed_missing() -> int:
-    from memory.embedding_service import embed_missing as sweep
+    from memory.services.embeddings import embed_missing as sweep
 
     return sweep()
