@@ -19,23 +19,12 @@ from django.utils import timezone
 from memory.models import ExtractionRun, MemoryAuditEvent, MemoryMessage, MemoryNode, MemorySummary
 from memory.pipeline import runs as extraction
 from memory.pipeline import tasks
-from memory.pipeline.extractors import (
-    KnownNode,
-    PlanError,
-    SourceMessage,
-    extract_by_rules,
-    has_explicit_statement,
-    is_trivial,
-    plan_from_json,
-)
-from memory.pipeline.runs import (
-    extraction_maybe_request,
-    extraction_request,
-    extraction_retry_due,
-    extraction_run,
-    retry_delay,
-)
+from memory.pipeline.extractors import extract_by_rules
+from memory.pipeline.gating import has_explicit_statement, is_trivial
+from memory.pipeline.plans import KnownNode, PlanError, SourceMessage, plan_from_json
+from memory.pipeline.runs import extraction_retry_due, extraction_run, retry_delay
 from memory.pipeline.summaries import SummaryDraft, summarize_by_rules
+from memory.pipeline.triggers import extraction_maybe_request, extraction_request
 from memory.rules.schema import apply_confidence_contract
 from memory.services.nodes import message_append_batch
 from memory.visibility import Viewer

@@ -20,7 +20,7 @@ from memory.models import ExtractionRun, MemoryNode, MemorySummary
 from memory.pipeline import chat_model as llm
 from memory.pipeline import tasks
 from memory.pipeline.chat_model import ChatClient, LLMError, llm_extract
-from memory.pipeline.extractors import SourceMessage
+from memory.pipeline.plans import SourceMessage
 from memory.pipeline.runs import extraction_retry_due, extraction_run
 from tenants.context import tenant_context
 from tests.api_client import api_for

@@ -14,7 +14,8 @@ from memory.api.serializers import IdOrSlugField
 from memory.api.views import ERRORS, _parse
 from memory.errors import Forbidden
 from memory.models import ExtractionRun, ExtractionStatus
-from memory.pipeline.runs import extraction_get, extraction_request
+from memory.pipeline.runs import extraction_get
+from memory.pipeline.triggers import extraction_request
 from memory.presenters import iso
 
 OUTCOMES = ["applied", "noop", "skipped", "ignored"]

@@ -39,7 +39,7 @@ def after_messages_captured(tenant_id: int, workspace_id: int, session_id: str, 
 
 
 def _maybe_extract(tenant_id: int, workspace_id: int, session_id: str, message_pks: list[int]) -> None:
-    from memory.pipeline.runs import extraction_maybe_request
+    from memory.pipeline.triggers import extraction_maybe_request
 
     extraction_maybe_request(tenant_id=tenant_id, workspace_id=workspace_id, session_id=session_id,
                              message_pks=message_pks)

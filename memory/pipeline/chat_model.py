@@ -18,9 +18,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
+
 from memory.http_json import post_json
-from memory.pipeline.extractors import KnownNode, MemoryExtraction, PlanError, SourceMessage, plan_from_json
-from memory.pipeline.summaries import SummaryDraft, redact, summary_from_json
+from memory.pipeline.plans import KnownNode, MemoryExtraction, PlanError, SourceMessage, plan_from_json
+from memory.pipeline.sentences import redact
+from memory.pipeline.summaries import SummaryDraft, summary_from_json
 from memory.rules.schema import DEFAULT_KINDS, KindSpec, find_sensitive_content
 
 __all__ = ["ChatClient", "LLMError", "chat_client", "llm_extract", "llm_summarize"]
@@ -51,8 +54,15 @@ class ChatClient:
         self._api_key = api_key
 
     def _post(self, body: bytes) -> bytes:
-        return post_json(self.url, body, api_key=self._api_key, timeout=self.timeout, error=LLMError,
-                         label="Chat endpoint", hint="Check EKKO_LLM_BASE_URL, EKKO_LLM_MODEL and EKKO_LLM_API_KEY (timeout: EKKO_LLM_TIMEOUT).")
+        return post_json(
+            self.url,
+            body,
+            api_key=self._api_key,
+            timeout=self.timeout,
+            error=LLMError,
+            label="Chat endpoint",
+            hint="Check EKKO_LLM_BASE_URL, EKKO_LLM_MODEL and EKKO_LLM_API_KEY (timeout: EKKO_LLM_TIMEOUT).",
+        )
 
     def complete_json(self, *, system: str, user: str) -> dict[str, Any]:
         """Return the JSON object the model answers to `system` + `user`."""
@@ -87,8 +97,6 @@ class ChatClient:
 
 def chat_client() -> ChatClient | None:
     """Return a client for the configured chat model, or None when EKKO_LLM_BASE_URL is unset."""
-    from django.conf import settings
-
     base_url = settings.EKKO_LLM_BASE_URL or ""
     if not base_url:
         return None

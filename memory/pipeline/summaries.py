@@ -3,32 +3,26 @@
 `summarize_by_rules` needs no model: the summary line counts the turns and quotes the first and
 latest user requests; preferences, constraints and pending work come from the rule extractor's
 plan for the same messages; decisions, completed work and known issues are sentences with the
-words that mark them (决定 / decided, 完成了 / done, 报错 / error). `summarize` uses the chat model
-when one is configured (memory.pipeline.chat_model) and falls back to the rules when it fails, saying so. Every
-sentence that carries a secret is dropped (`redact`), so no summary stores one. No ORM.
+words that mark them (决定 / decided, 完成了 / done, 报错 / error). `summary_from_json`
+reads the chat model's answer into the same `SummaryDraft` (the choice between model and rules is
+`memory.pipeline.summary_chain.summarize`). Every sentence that carries a secret is dropped
+(`memory.pipeline.sentences.redact`), so no summary stores one. No ORM.
 """
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from memory.pipeline.extractors import (
-    SourceMessage,
-    extract_by_rules,
-    is_trivial,
-    looks_chinese,
-    split_sentences,
-    trim_text,
-)
+from memory.pipeline.extractors import extract_by_rules
+from memory.pipeline.gating import is_trivial
+from memory.pipeline.plans import SourceMessage
+from memory.pipeline.sentences import REDACTED, looks_chinese, redact, split_sentences, trim_text
 from memory.rules.schema import DEFAULT_KINDS, find_sensitive_content
 
-__all__ = ["SummaryDraft", "redact", "summarize", "summarize_by_rules", "summary_from_json"]
-
-logger = logging.getLogger(__name__)
+__all__ = ["SummaryDraft", "summarize_by_rules", "summary_from_json"]
 
 MAX_ITEMS = 10
 MAX_ITEM_CHARS = 200
@@ -71,18 +65,6 @@ class SummaryDraft:
         )
 
 
-_REDACTED = "[已省略敏感内容]"
-
-
-def redact(text: str | None) -> str:
-    """Return `text` with every sentence that carries a secret replaced by a marker."""
-    if not text:
-        return ""
-    if not find_sensitive_content(text):
-        return text
-    return "".join(_REDACTED if find_sensitive_content(part) else part for part in split_sentences(text))
-
-
 def _clip(text: str, limit: int = MAX_ITEM_CHARS) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -92,7 +74,7 @@ def _clean(items: Iterable[str]) -> list[str]:
     seen: dict[str, None] = {}
     for item in items:
         item = _clip(trim_text(item))
-        if item and item != _REDACTED and not find_sensitive_content(item):
+        if item and item != REDACTED and not find_sensitive_content(item):
             seen.setdefault(item)
     return list(seen)[:MAX_ITEMS]
 
@@ -209,19 +191,3 @@ def summarize_by_rules(
         pending_work=_clean([*carried, *pending]),
         known_issues=_clean(_sentences_matching(usable, _ISSUE)),
     )
-
-
-def summarize(
-    messages: Sequence[SourceMessage], *, previous: SummaryDraft | None = None
-) -> tuple[SummaryDraft, str]:
-    """Return the summary and its source ("llm:<model>" or "rules"); a failing model falls back to rules."""
-    from memory.pipeline.chat_model import LLMError, chat_client, llm_summarize
-
-    try:
-        client = chat_client()
-        if client is not None:
-            return llm_summarize(client, messages=messages, previous=previous), f"llm:{client.model}"
-    except LLMError as error:
-        logger.warning("Summary by the chat model failed (%s); wrote the rule-based summary instead.", error)
-        return summarize_by_rules(messages, previous=previous), "rules (model failed)"
-    return summarize_by_rules(messages, previous=previous), "rules"
