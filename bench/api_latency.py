@@ -46,7 +46,7 @@ def seed(tenant_slug: str, nodes: int, *, rng: random.Random, embed: bool) -> di
     from django.utils import timezone
 
     from memory.models import MemoryMessage, MemoryNode
-    from memory.rules.schema import DEFAULT_KINDS
+    from memory.rules.kinds import DEFAULT_KINDS
     from memory.rules.text import segment_for_search
     from memory.search.embeddings import get_provider
     from memory.visibility import owner_ref

@@ -7,3 +7,7 @@ class MemoryConfig(AppConfig):
 
     def ready(self) -> None:
         from memory.api import schema  # noqa: F401 - registers the OpenAPI auth extension
+        from memory.pipeline import background
+
+        # Services announce committed writes as signals; the pipeline queues embeddings and extraction.
+        background.connect_receivers()

@@ -9,7 +9,7 @@ from django.db.models import Q, QuerySet
 
 from memory.errors import NotFound, RequiresConfirmation
 from memory.models import MemoryAuditEvent, MemoryKind, MemoryMessage, MemoryNode, MemorySummary, NodeStatus
-from memory.rules.schema import KindSpec
+from memory.rules.kinds import KindSpec
 from memory.visibility import Viewer, accessible_nodes_q
 from tenants.context import tenant_context
 from tenants.models import Tenant

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
+from memory.rules import scope_policy
 from tenants.context import ALL_TENANTS, require_tenant_id
 
 
@@ -110,7 +111,8 @@ class Scope(models.TextChoices):
     GLOBAL = "global", "Global"
 
 
-AGENT_WRITABLE_SCOPES = [Scope.SESSION, Scope.WORKSPACE, Scope.USER]
+# The choices of memory.rules.scope_policy.AGENT_WRITABLE_SCOPES (the one definition), as Scope members.
+AGENT_WRITABLE_SCOPES = [Scope(scope) for scope in scope_policy.AGENT_WRITABLE_SCOPES]
 
 
 def default_write_scopes() -> list[str]:

@@ -15,7 +15,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
 from memory.models import MemoryMessage, MemoryNode, MemorySummary
-from memory.rules.schema import DEFAULT_KINDS, canonical_key
+from memory.rules.item_keys import canonical_key
+from memory.rules.kinds import DEFAULT_KINDS
 from memory.rules.text import count_tokens, segment_for_search
 from memory.visibility import Viewer, owner_ref
 from tenants.context import tenant_context

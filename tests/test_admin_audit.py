@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from memory.models import MemoryAuditEvent, MemoryNode
-from memory.services.nodes import ForgetRequest, message_append_batch, node_forget, node_write_batch
+from memory.services import ForgetRequest, message_append_batch, node_forget, node_write_batch
 from memory.visibility import Viewer
 from tenants.context import tenant_context
 from tenants.models import Role, Tenant, Workspace

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from memory.models import MemoryAuditEvent, MemoryNode
 from memory.search.embeddings import reset_provider
-from memory.services.nodes import nodes_expire_due
+from memory.services.maintenance import nodes_expire_due
 from tenants.context import tenant_context
 from tests.api_client import api_for
 from tests.test_api_memory_rules import cilantro, create

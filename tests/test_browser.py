@@ -19,7 +19,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from memory.models import MemoryNode
-from memory.services.nodes import message_append_batch, node_write_batch, summary_append
+from memory.services import message_append_batch, node_write_batch, summary_append
 from memory.visibility import Viewer
 from tenants.context import tenant_context
 from tenants.models import Role, Tenant, Workspace

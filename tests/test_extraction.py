@@ -25,8 +25,8 @@ from memory.pipeline.plans import KnownNode, PlanError, SourceMessage, plan_from
 from memory.pipeline.runs import extraction_retry_due, extraction_run, retry_delay
 from memory.pipeline.summaries import SummaryDraft, summarize_by_rules
 from memory.pipeline.triggers import extraction_maybe_request, extraction_request
-from memory.rules.schema import apply_confidence_contract
-from memory.services.nodes import message_append_batch
+from memory.rules.confidence import apply_confidence_contract
+from memory.services.messages import message_append_batch
 from memory.visibility import Viewer
 from tenants.context import tenant_context
 from tests.api_client import api_for

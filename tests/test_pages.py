@@ -16,7 +16,7 @@ from django.test import Client
 from django.utils import timezone
 
 from memory.models import MemoryAuditEvent, MemoryNode, NodeStatus
-from memory.services.nodes import message_append_batch, node_write_batch, summary_append
+from memory.services import message_append_batch, node_write_batch, summary_append
 from memory.visibility import Viewer, owner_ref
 from tenants.context import tenant_context
 from tenants.models import ApiKey, Role, Scope, Tenant, Workspace

@@ -1,4 +1,5 @@
-"""Unit tests for memory/rules/schema.py, the pure rules module: one test per rule, no database."""
+"""Unit tests for the pure rules of memory/rules/ (kinds, item keys, values, sensitive content, confidence,
+scope policy, queries): one test per rule, no database."""
 
 from __future__ import annotations
 
@@ -9,30 +10,27 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory.rules import schema
-from memory.rules.schema import (
-    ALWAYS_RECALLED_KINDS,
-    DEFAULT_KINDS,
-    KIND_SYNONYMS,
+from memory import rules
+from memory.rules.confidence import (
     LOW_CONFIDENCE_CAP,
     LOW_CONFIDENCE_OMIT_BELOW,
     MEDIUM_CONFIDENCE_CAP,
-    NODE_TYPES,
-    SCOPES,
-    KindSpec,
-    SchemaError,
     apply_confidence_contract,
-    canonical_key,
-    cn_resident_id_valid,
-    find_sensitive_content,
-    is_list_all_query,
-    luhn_valid,
-    normalize_item_key,
-    normalize_value,
-    resolve_kind,
-    validate_scope_for_write,
-    validate_value,
 )
+from memory.rules.errors import SchemaError
+from memory.rules.item_keys import canonical_key, normalize_item_key
+from memory.rules.kinds import (
+    ALWAYS_RECALLED_KINDS,
+    DEFAULT_KINDS,
+    KIND_SYNONYMS,
+    NODE_TYPES,
+    KindSpec,
+    resolve_kind,
+)
+from memory.rules.queries import is_list_all_query
+from memory.rules.scope_policy import SCOPES, validate_scope_for_write
+from memory.rules.sensitive import cn_resident_id_valid, find_sensitive_content, luhn_valid
+from memory.rules.values import normalize_value, validate_value
 
 # --------------------------------------------------------------------------- helpers
 
@@ -63,14 +61,16 @@ def scope_for(
 # --------------------------------------------------------------------------- module purity
 
 
-def test_schema_module_imports_no_django():
-    tree = ast.parse(Path(schema.__file__).read_text(encoding="utf-8"))
-    imported = {
-        alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
-    } | {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert not any(
-        name.split(".")[0] in {"django", "rest_framework", "memory", "tenants"} for name in imported
-    )
+def test_rules_modules_import_no_django():
+    for path in Path(rules.__file__).parent.glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = {
+            alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+        } | {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        outside = {name for name in imported if not name.startswith("memory.rules")}
+        assert not any(
+            name.split(".")[0] in {"django", "rest_framework", "memory", "tenants"} for name in outside
+        ), f"{path.name} must stay pure: import only the standard library and memory.rules"
 
 
 # --------------------------------------------------------------------------- kind catalogue

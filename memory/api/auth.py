@@ -14,7 +14,7 @@ from rest_framework import authentication, exceptions, throttling
 from rest_framework.request import Request
 
 from tenants.context import all_tenants_context
-from tenants.models import ApiKey, Membership, Role, Scope, Tenant
+from tenants.models import AGENT_WRITABLE_SCOPES, ApiKey, Membership, Role, Scope, Tenant
 from tenants.services import api_key_authenticate
 
 SESSION_TENANT_KEY = "ekko_tenant_id"
@@ -78,7 +78,7 @@ def principal_for_user(user: AbstractBaseUser, session: dict) -> Principal | Non
         return None
     chosen = next((m for m in memberships if m.tenant_id == session.get(SESSION_TENANT_KEY)), memberships[0])
     admin = chosen.role in (Role.OWNER, Role.ADMIN)
-    scopes = {Scope.SESSION, Scope.WORKSPACE, Scope.USER} | ({Scope.GLOBAL} if admin else set())
+    scopes = {*AGENT_WRITABLE_SCOPES} | ({Scope.GLOBAL} if admin else set())
     return Principal(
         tenant=chosen.tenant,
         actor=f"user:{user.get_username()}",

@@ -21,7 +21,7 @@ from memory.presenters import audit_event_to_api, iso, message_to_api, summary_t
 from memory.search import retrieval
 from memory.search.context import build_context
 from memory.selectors import NodeSelector
-from memory.services import nodes as services
+from memory import services
 from tenants.context import tenant_context
 from tenants.models import Workspace
 from tenants.services import workspace_create

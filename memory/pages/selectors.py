@@ -20,7 +20,7 @@ from django.db.models import Count, Max, Min, Q, QuerySet, Window
 
 from memory.models import MemoryAuditEvent, MemoryMessage, MemoryNode, MemorySummary, NodeStatus
 from memory.pages import labels
-from memory.rules.schema import is_list_all_query
+from memory.rules.queries import is_list_all_query
 from memory.rules.text import query_terms, tsquery_text
 from memory.search.retrieval import SEARCH_LIMIT_MAX, MemoryQuery, search_nodes
 from memory.visibility import Viewer, accessible_nodes_q

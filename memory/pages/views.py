@@ -38,7 +38,7 @@ from memory.models import MemoryMessage, MemoryNode, MemorySummary, NodeStatus
 from memory.pages import forms, labels
 from memory.pages import selectors as pages
 from memory.pages.access import SESSION_WORKSPACE_KEY, PageAccess, tenant_page, wants_fragment
-from memory.services.nodes import ForgetRequest, node_forget, node_restore, node_write_batch
+from memory.services import ForgetRequest, node_forget, node_restore, node_write_batch
 from memory.transfer.sqlite_io import ImportError_, ImportReport, workspace_import_sqlite
 from tenants.models import ApiKey
 from tenants.services import ApiKeyError, api_key_create, api_key_revoke

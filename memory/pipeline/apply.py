@@ -24,14 +24,12 @@ from memory.errors import MemoryServiceError, NotFound
 from memory.models import MemoryNode, NodeStatus, Role
 from memory.pipeline.plans import PlanItem, SourceMessage
 from memory.pipeline.sentences import redact
-from memory.rules.schema import (
-    KindSpec,
-    SchemaError,
-    apply_confidence_contract,
-    canonical_key,
-    normalize_value,
-    resolve_kind,
-)
+from memory.rules.confidence import apply_confidence_contract
+from memory.rules.errors import SchemaError
+from memory.rules.item_keys import canonical_key
+from memory.rules.kinds import KindSpec, resolve_kind
+from memory.rules.scope_policy import AGENT_WRITABLE_SCOPES
+from memory.rules.values import normalize_value
 from memory.selectors import parse_node_id
 from memory.services.nodes import node_write_batch
 from memory.visibility import Viewer, accessible_nodes_q, visible_nodes_q
@@ -40,7 +38,7 @@ from tenants.models import Scope, Tenant, Workspace
 __all__ = ["SYSTEM_ACTOR", "RunInput", "plan_apply"]
 
 SYSTEM_ACTOR = "system:extractor"
-SYSTEM_WRITE_SCOPES = frozenset({Scope.SESSION.value, Scope.WORKSPACE.value, Scope.USER.value})
+SYSTEM_WRITE_SCOPES = frozenset(AGENT_WRITABLE_SCOPES)
 
 
 @dataclass

@@ -24,7 +24,8 @@ from memory.http_json import post_json
 from memory.pipeline.plans import KnownNode, MemoryExtraction, PlanError, SourceMessage, plan_from_json
 from memory.pipeline.sentences import redact
 from memory.pipeline.summaries import SummaryDraft, summary_from_json
-from memory.rules.schema import DEFAULT_KINDS, KindSpec, find_sensitive_content
+from memory.rules.kinds import DEFAULT_KINDS, KindSpec
+from memory.rules.sensitive import find_sensitive_content
 
 __all__ = ["ChatClient", "LLMError", "chat_client", "llm_extract", "llm_summarize"]
 

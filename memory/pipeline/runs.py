@@ -44,7 +44,7 @@ from memory.pipeline.gating import is_trivial
 from memory.pipeline.plans import KnownNode, MemoryExtraction, SourceMessage
 from memory.pipeline.summary_chain import SummaryWork, summary_append_next, summary_next
 from memory.pipeline.triggers import ACTIVE_STATES, enqueue_run, open_run_if_due
-from memory.rules.schema import SchemaError
+from memory.rules.errors import SchemaError
 from memory.selectors import tenant_kinds
 from memory.visibility import Viewer, visible_nodes_q
 from tenants.context import all_tenants_context, tenant_context

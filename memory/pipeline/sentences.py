@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import re
 
-from memory.rules.schema import SchemaError, find_sensitive_content, normalize_item_key
+from memory.rules.errors import SchemaError
+from memory.rules.item_keys import normalize_item_key
+from memory.rules.sensitive import find_sensitive_content
 
 __all__ = [
     "CJK",

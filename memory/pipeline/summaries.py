@@ -20,7 +20,8 @@ from memory.pipeline.extractors import extract_by_rules
 from memory.pipeline.gating import is_trivial
 from memory.pipeline.plans import SourceMessage
 from memory.pipeline.sentences import REDACTED, looks_chinese, redact, split_sentences, trim_text
-from memory.rules.schema import DEFAULT_KINDS, find_sensitive_content
+from memory.rules.kinds import DEFAULT_KINDS
+from memory.rules.sensitive import find_sensitive_content
 
 __all__ = ["SummaryDraft", "summarize_by_rules", "summary_from_json"]
 

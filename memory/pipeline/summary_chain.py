@@ -25,7 +25,7 @@ from memory.models import Channel, ExtractionRun, MemoryMessage, MemorySummary
 from memory.pipeline.chat_model import LLMError, chat_client, llm_summarize
 from memory.pipeline.plans import SourceMessage
 from memory.pipeline.summaries import SummaryDraft, summarize_by_rules
-from memory.services.nodes import summary_append
+from memory.services.summaries import summary_append
 from memory.visibility import Viewer
 from tenants.context import tenant_context
 from tenants.models import Tenant

@@ -42,7 +42,7 @@ def retry_extractions() -> int:
 
 @shared_task(name="memory.expire_nodes")
 def expire_nodes() -> int:
-    from memory.services.nodes import nodes_expire_due
+    from memory.services.maintenance import nodes_expire_due
 
     return nodes_expire_due()
 

@@ -32,12 +32,12 @@ from django.db.models import Case, F, IntegerField, Q, Value, When
 from django.utils import timezone
 
 from memory.models import Channel, MemoryMessage, MemoryNode, MemorySummary, NodeStatus, NodeType
-from memory.rules.schema import ALWAYS_RECALLED_KINDS
+from memory.rules.kinds import ALWAYS_RECALLED_KINDS
 from memory.rules.text import count_tokens, query_terms, truncate_to_tokens
 from memory.search.embeddings import embed_query
 from memory.search.ranking import resolve_conflicts
 from memory.search.retrieval import NODE_DEFERRED_FIELDS, MemoryQuery, search_messages, search_nodes
-from memory.services.nodes import node_access_record
+from memory.services.maintenance import node_access_record
 from memory.visibility import Viewer, visible_nodes_q
 from tenants.context import tenant_context
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from memory.rules.schema import LOW_CONFIDENCE_OMIT_BELOW
+from memory.rules.confidence import LOW_CONFIDENCE_OMIT_BELOW
 
 __all__ = [
     "KEYWORD_WEIGHT",

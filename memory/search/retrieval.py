@@ -46,7 +46,7 @@ from django.db.models import Case, F, IntegerField, Q, QuerySet, Value, When
 from django.utils import timezone
 
 from memory.models import EMBEDDING_DIM, Channel, MemoryMessage, MemoryNode, NodeStatus
-from memory.rules.schema import is_list_all_query
+from memory.rules.queries import is_list_all_query
 from memory.rules.text import query_terms, tsquery_text
 from memory.search.embeddings import embed_query
 from memory.search.ranking import (
@@ -58,7 +58,7 @@ from memory.search.ranking import (
     term_weights,
     with_previous_turns,
 )
-from memory.services.nodes import node_access_record
+from memory.services.maintenance import node_access_record
 from memory.visibility import Viewer, visible_nodes_q
 from tenants.context import tenant_context
 

@@ -31,7 +31,7 @@ from memory.pipeline.extractors.draft import Clause, PlanDraft
 from memory.pipeline.gating import is_correction, is_explicit, is_question, is_trivial, mentions_task
 from memory.pipeline.plans import KnownNode, MemoryExtraction, SourceMessage
 from memory.pipeline.sentences import clauses, looks_chinese, split_sentences
-from memory.rules.schema import find_sensitive_content
+from memory.rules.sensitive import find_sensitive_content
 
 __all__ = ["extract_by_rules"]
 

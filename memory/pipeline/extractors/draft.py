@@ -17,7 +17,9 @@ from typing import Any
 
 from memory.pipeline.plans import KnownNode, MemoryExtraction, PlanItem, SourceMessage
 from memory.pipeline.sentences import quote
-from memory.rules.schema import DEFAULT_KINDS, SchemaError, canonical_key
+from memory.rules.errors import SchemaError
+from memory.rules.item_keys import canonical_key
+from memory.rules.kinds import DEFAULT_KINDS
 
 __all__ = ["Clause", "PlanDraft", "node_draft"]
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from memory.pipeline.extractors.draft import Clause, PlanDraft, node_draft
 from memory.pipeline.sentences import CJK
-from memory.rules.schema import DEFAULT_KINDS, normalize_value
+from memory.rules.kinds import DEFAULT_KINDS
+from memory.rules.values import normalize_value
 
 __all__ = ["allergy", "avoid", "flavor", "like"]
 

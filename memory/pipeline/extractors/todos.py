@@ -11,7 +11,7 @@ import re
 
 from memory.pipeline.extractors.draft import Clause, PlanDraft, node_draft
 from memory.pipeline.sentences import compact_key, trim_text
-from memory.rules.schema import find_sensitive_content
+from memory.rules.sensitive import find_sensitive_content
 
 __all__ = ["task", "task_done"]
 

@@ -1,0 +1,45 @@
+"""What a card says, as text: its search text and the content test that makes a rewrite a noop.
+
+`node_search_text` is the one definition of what the keyword index reads for a card (title,
+content, value, itemKey, tags and entities, Chinese segmented). `same_content` is the one test of
+DESIGN rule 2: a write into an occupied slot whose value, title and content equal the occupant's is
+a noop; anything else supersedes it. Both take plain values, so writers of every kind (API,
+extraction, imports) call them on whatever they hold.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from memory.rules.text import segment_for_search
+
+CONTENT_FIELDS = ("value_json", "title", "content")
+
+
+def _value_text(value_json: Any) -> str:
+    if isinstance(value_json, str):
+        return value_json
+    return json.dumps(value_json, ensure_ascii=False) if value_json is not None else ""
+
+
+def node_search_text(*, title: str | None, content: str | None, value_json: Any, item_key: str | None,
+                     tags: Iterable[str], entities: Iterable[str]) -> str:
+    """Return the segmented text the keyword index of a card reads."""
+    return segment_for_search(title, content, _value_text(value_json), item_key, " ".join(tags),
+                              " ".join(entities))
+
+
+def content_signature(card: Mapping[str, Any] | object) -> tuple[str, Any, Any]:
+    """Return what rule 2 compares of a card (a mapping or an object with the node's attribute names)."""
+    if isinstance(card, Mapping):
+        value_json, title, content = (card.get(name) for name in CONTENT_FIELDS)
+    else:
+        value_json, title, content = (getattr(card, name, None) for name in CONTENT_FIELDS)
+    return json.dumps(value_json, sort_keys=True, ensure_ascii=False), title, content
+
+
+def same_content(card: Mapping[str, Any] | object, other: Mapping[str, Any] | object) -> bool:
+    """Return True when two cards of one slot say the same thing (a rewrite is a noop, not a revision)."""
+    return content_signature(card) == content_signature(other)

@@ -1,0 +1,57 @@
+"""Audit events: the one place that builds and writes a `MemoryAuditEvent`.
+
+Every mutation of a memory node records who (actor, user), what (event type, node) and why
+(reason, payload) in the same transaction as the change. Writers that save rows one by one call
+`audit_event_record`; bulk writers build unsaved events with `audit_event_build` and
+`bulk_create` them, so both paths produce the same rows.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.utils import timezone
+
+from memory.models import MemoryAuditEvent, MemoryNode
+from memory.visibility import Viewer
+from tenants.models import Tenant
+
+
+def audit_event_build(
+    *,
+    tenant: Tenant,
+    event_type: str,
+    node_id: UUID | None,
+    workspace_id: int | None,
+    session_id: str | None,
+    actor: str,
+    reason: str,
+    payload: dict[str, Any] | None,
+    user_id: int | None = None,
+    created_at: datetime | None = None,
+) -> MemoryAuditEvent:
+    """Return an unsaved audit event (saved by `audit_event_record` or a writer's `bulk_create`)."""
+    return MemoryAuditEvent(
+        tenant=tenant, workspace_id=workspace_id, event_type=event_type, node_id=node_id,
+        session_id=session_id, user_id=user_id, actor=actor, reason=reason, payload=payload,
+        created_at=created_at or timezone.now(),
+    )
+
+
+def audit_event_record(**fields: Any) -> MemoryAuditEvent:
+    """Write one audit event now (inside the caller's transaction); `fields` are `audit_event_build`'s."""
+    event = audit_event_build(**fields)
+    event.save(force_insert=True)
+    return event
+
+
+def audit_node_change(*, viewer: Viewer, event_type: str, node: MemoryNode, reason: str,
+                      payload: dict[str, Any] | None) -> MemoryAuditEvent:
+    """Write the audit event of a change `viewer` made to `node`."""
+    return audit_event_record(
+        tenant=viewer.tenant, event_type=event_type, node_id=node.pk, workspace_id=node.workspace_id,
+        session_id=node.session_id, user_id=viewer.user.pk if viewer.user is not None else None,
+        actor=viewer.actor, reason=reason, payload=payload,
+    )

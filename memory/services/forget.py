@@ -1,0 +1,135 @@
+"""Forgetting and restoring memory cards (DESIGN rule 10).
+
+Soft forget keeps an audited `deleted` row that is never retrieved again; hard forget deletes the
+row (and with it the search index entry and vector) together with the older revisions of its
+chain, and blanks the content snapshots earlier audit events held. Restore brings a soft-forgotten
+card back when its slot is free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from django.utils import timezone
+
+from memory.errors import Forbidden, Invalid, NotFound, RequiresConfirmation, RevisionConflict
+from memory.models import AuditEventType, MemoryAuditEvent, MemoryNode, NodeStatus
+from memory.selectors import NodeSelector, accessible_nodes, parse_node_id, selector_q
+from memory.services.audit import audit_node_change
+from memory.services.guards import require_write_scope, require_writer
+from memory.visibility import Viewer
+from tenants.context import tenant_context
+
+
+@dataclass(frozen=True)
+class ForgetRequest:
+    reason: str
+    explicit_user_intent: bool
+    mode: str = "soft"
+    node_id: Any = None
+    expected_revision: int | None = None
+    targets: tuple[tuple[Any, int], ...] = ()
+    all: bool = False
+    selector: NodeSelector = field(default_factory=NodeSelector)
+
+
+def node_forget(*, viewer: Viewer, request: ForgetRequest) -> list[UUID]:
+    """Forget memories (rule 10): soft keeps an audited `deleted` row, hard removes row, index and vector."""
+    require_writer(viewer)
+    if not request.explicit_user_intent:
+        raise Forbidden("Forgetting needs explicitUserIntent: true (the user asked for it).",
+                        errors={"explicitUserIntent": ["must be true"]})
+    if not (request.reason or "").strip():
+        raise Invalid("Say why the memory is forgotten.", errors={"reason": ["required"]})
+    with tenant_context(viewer.tenant):
+        nodes = _forget_targets(viewer, request)
+        for node in nodes:
+            require_write_scope(viewer, node.scope)
+        forgotten = [node.pk for node in nodes]
+        if request.mode == "hard":
+            _hard_delete(viewer, nodes, reason=request.reason)
+        else:
+            now = timezone.now()
+            for node in nodes:
+                node.status, node.revision, node.updated_at = NodeStatus.DELETED, node.revision + 1, now
+                node.save(update_fields=["status", "revision", "updated_at"])
+                audit_node_change(viewer=viewer, event_type=AuditEventType.DELETE, node=node,
+                                  reason=request.reason, payload={"mode": "soft", "revision": node.revision})
+    return forgotten
+
+
+def _forget_targets(viewer: Viewer, request: ForgetRequest) -> list[MemoryNode]:
+    nodes = accessible_nodes(viewer).select_for_update(of=("self",))
+    by_id = ([(request.node_id, request.expected_revision)] if request.node_id is not None else []) + list(
+        request.targets)
+    if by_id:
+        chosen = []
+        for index, (node_id, expected_revision) in enumerate(by_id):
+            node = nodes.filter(pk=parse_node_id(node_id)).first()
+            if node is None:
+                raise NotFound("No memory node with this id.")
+            if expected_revision is None:
+                raise Invalid("Forgetting by id needs expectedRevision.",
+                              errors={f"targets[{index}].expectedRevision": ["required"]})
+            if node.revision != expected_revision:
+                raise RevisionConflict(
+                    f"Memory {node.pk} is at revision {node.revision}, not {expected_revision}; re-read it.",
+                    currentRevision=node.revision)
+            if request.mode != "hard" and node.status == NodeStatus.DELETED:
+                continue
+            chosen.append(node)
+        return chosen
+    if request.selector.is_empty() and not request.all:
+        raise Invalid("Name what to forget: id, targets, a selector (kind, key, …) or all: true.")
+    matches = list(
+        nodes.filter(selector_q(request.selector), status=NodeStatus.ACTIVE).order_by("-updated_at"))
+    if len(matches) > 1 and not request.all:
+        raise RequiresConfirmation(
+            f"{len(matches)} memories match; confirm with `targets` (id + expectedRevision) or `all: true`.",
+            candidates=matches[:50],
+        )
+    return matches
+
+
+def _hard_delete(viewer: Viewer, nodes: list[MemoryNode], *, reason: str) -> None:
+    """Delete rows with their index entries and vectors, older revisions included; audit keeps no content."""
+    doomed: dict[UUID, MemoryNode] = {node.pk: node for node in nodes}
+    frontier = [node.supersedes_id for node in nodes if node.supersedes_id]
+    while frontier:
+        older = list(MemoryNode.objects.filter(tenant=viewer.tenant, pk__in=frontier).exclude(pk__in=doomed))
+        doomed.update({node.pk: node for node in older})
+        frontier = [node.supersedes_id for node in older if node.supersedes_id]
+    for node in doomed.values():
+        audit_node_change(viewer=viewer, event_type=AuditEventType.DELETE, node=node, reason=reason,
+                          payload={"mode": "hard"})
+    # Earlier audit events held snapshots of the content: a hard forget erases those too.
+    MemoryAuditEvent.objects.filter(tenant=viewer.tenant, node_id__in=list(doomed)).exclude(
+        payload={"mode": "hard"}).update(payload=None)
+    MemoryNode.objects.filter(tenant=viewer.tenant, pk__in=list(doomed)).delete()
+
+
+def node_restore(*, viewer: Viewer, node_id: Any, expected_revision: int, reason: str) -> MemoryNode:
+    """Bring a soft-forgotten memory back (its slot must be free)."""
+    require_writer(viewer)
+    with tenant_context(viewer.tenant):
+        node = (accessible_nodes(viewer).select_for_update(of=("self",))
+                .filter(pk=parse_node_id(node_id)).first())
+        if node is None:
+            raise NotFound("No memory node with this id.")
+        if node.revision != expected_revision:
+            raise RevisionConflict(
+                f"Memory {node.pk} is at revision {node.revision}, not {expected_revision}.",
+                currentRevision=node.revision)
+        if node.status != NodeStatus.DELETED:
+            raise Invalid(f"Only forgotten memories can be restored; this one is {node.status}.")
+        require_write_scope(viewer, node.scope)
+        if MemoryNode.objects.filter(tenant=viewer.tenant, scope=node.scope, owner_ref=node.owner_ref,
+                                     key=node.key, status=NodeStatus.ACTIVE).exists():
+            raise Invalid("Another active memory holds this slot now; forget or supersede it first.")
+        node.status, node.revision, node.updated_at = NodeStatus.ACTIVE, node.revision + 1, timezone.now()
+        node.save(update_fields=["status", "revision", "updated_at"])
+        audit_node_change(viewer=viewer, event_type=AuditEventType.RESTORE, node=node, reason=reason,
+                          payload={"revision": node.revision})
+    return node
