@@ -25,10 +25,11 @@ from memory.services.forget import ForgetRequest, node_forget, node_restore
 from memory.services.guards import MAX_OPERATIONS
 from memory.services.maintenance import node_access_record, nodes_expire_due
 from memory.services.messages import message_append_batch
-from memory.services.nodes import WriteResult, node_write_batch
+from memory.services.nodes import BulkOutcome, NodeWrite, WriteResult, node_write_batch, node_write_bulk
 from memory.services.summaries import summary_append
 
 __all__ = [
-    "MAX_OPERATIONS", "ForgetRequest", "WriteResult", "message_append_batch", "node_access_record",
-    "node_forget", "node_restore", "node_write_batch", "nodes_expire_due", "summary_append",
+    "MAX_OPERATIONS", "BulkOutcome", "ForgetRequest", "NodeWrite", "WriteResult", "message_append_batch",
+    "node_access_record", "node_forget", "node_restore", "node_write_batch", "node_write_bulk",
+    "nodes_expire_due", "summary_append",
 ]

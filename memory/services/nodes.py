@@ -1,6 +1,8 @@
 """Node writes: create, update, supersede and expire memory cards under every rule of DESIGN.md.
 
-`node_write_batch` applies one caller's operations all or nothing (the API's `memory/write`).
+`node_write_batch` applies one caller's operations all or nothing (the API's `memory/write`);
+`node_write_bulk` applies many callers' writes in one transaction (extraction writes each plan
+item as its author, imports write many rows as one importer), the same rules for each.
 Each write validates and normalises its draft (kind, canonical key, value, scope policy, explicit
 intent, confidence contract, sensitive content), settles the slot (same content → noop, new
 content → supersede), bumps revisions and writes its audit event in the same transaction;
@@ -10,6 +12,7 @@ embeddings are announced once the transaction commits.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -18,7 +21,14 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from memory.errors import Invalid, NotFound, RevisionConflict, SensitiveContent, from_schema_error
+from memory.errors import (
+    Invalid,
+    MemoryServiceError,
+    NotFound,
+    RevisionConflict,
+    SensitiveContent,
+    from_schema_error,
+)
 from memory.models import AuditEventType, MemoryMessage, MemoryNode, NodeStatus
 from memory.presenters import node_to_api
 from memory.rules.confidence import apply_confidence_contract
@@ -373,14 +383,69 @@ _OPERATIONS = {"create": _create, "update": _update, "supersede": _supersede, "e
 def _apply(ctx: _WriteContext, operations: Sequence[dict[str, Any]]) -> list[WriteResult]:
     results = []
     for index, op in enumerate(operations):
-        result = _OPERATIONS[op["operation"]](ctx, op, index)
+        apply_operation = _OPERATIONS.get(op.get("operation"))
+        if apply_operation is None:
+            raise Invalid(f"operation must be one of {', '.join(_OPERATIONS)}.",
+                          errors={f"operations[{index}].operation": ["unknown operation"]})
+        result = apply_operation(ctx, op, index)
         result.operation = op["operation"]
         results.append(result)
     return results
 
 
-def _changed_node_ids(results: Sequence[WriteResult]) -> list:
-    return [r.node.pk for r in results if r.action in ("created", "superseded", "updated")]
+@dataclass(frozen=True)
+class NodeWrite:
+    """One author's operations, applied all or nothing under that author's viewer and intent."""
+
+    viewer: Viewer
+    operations: Sequence[dict[str, Any]]
+    explicit_user_intent: bool
+    source_message_ids: Sequence[str] = ()
+
+
+@dataclass
+class BulkOutcome:
+    """What became of one `NodeWrite`: its results, or the error that refused it (nothing of it applied)."""
+
+    results: list[WriteResult] = field(default_factory=list)
+    error: MemoryServiceError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def node_write_bulk(*, writes: Sequence[NodeWrite], skip_invalid: bool) -> list[BulkOutcome]:
+    """Apply many writes of one tenant in one transaction, under the rules of `node_write_batch`.
+
+    Each write is all or nothing. With `skip_invalid` a refused write (400/403/404/409) is rolled
+    back to its savepoint and its error returned in its outcome while the others apply; without it
+    the first refusal is raised and nothing is written. Embeddings are announced once, after commit.
+    """
+    if not writes:
+        return []
+    tenant = writes[0].viewer.tenant
+    if any(write.viewer.tenant.pk != tenant.pk for write in writes):
+        raise ValueError("node_write_bulk writes into one tenant; split the writes by tenant.")
+    outcomes: list[BulkOutcome] = []
+    with tenant_context(tenant):
+        kinds = tenant_kinds(tenant=tenant)
+        for write in writes:
+            try:
+                with transaction.atomic() if skip_invalid else nullcontext():
+                    require_writer(write.viewer)
+                    ctx = _WriteContext(write.viewer, write.explicit_user_intent,
+                                        _load_evidence(write.viewer, write.source_message_ids), kinds)
+                    outcomes.append(BulkOutcome(results=_apply(ctx, write.operations)))
+            except MemoryServiceError as exc:
+                if not skip_invalid:
+                    raise
+                outcomes.append(BulkOutcome(error=exc))
+        events.nodes_written_announce(
+            tenant_id=tenant.pk,
+            node_ids=[r.node.pk for outcome in outcomes for r in outcome.results
+                      if r.action in ("created", "superseded", "updated")])
+    return outcomes
 
 
 def node_write_batch(*, viewer: Viewer, operations: Sequence[dict[str, Any]], explicit_user_intent: bool,
@@ -388,12 +453,10 @@ def node_write_batch(*, viewer: Viewer, operations: Sequence[dict[str, Any]], ex
     """Apply create/update/supersede/expire operations atomically: all of them or none (400/403/404/409)."""
     require_writer(viewer)
     require_batch_size(len(operations))
-    with tenant_context(viewer.tenant):
-        ctx = _WriteContext(viewer, explicit_user_intent, _load_evidence(viewer, source_message_ids),
-                            tenant_kinds(tenant=viewer.tenant))
-        results = _apply(ctx, operations)
-        events.nodes_written_announce(tenant_id=viewer.tenant.pk, node_ids=_changed_node_ids(results))
-    return results
+    write = NodeWrite(viewer=viewer, operations=operations, explicit_user_intent=explicit_user_intent,
+                      source_message_ids=source_message_ids)
+    [outcome] = node_write_bulk(writes=[write], skip_invalid=False)
+    return outcome.results
 
 
 def _jsonable(value: Any) -> Any:
