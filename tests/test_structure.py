@@ -7,6 +7,9 @@ have every unique constraint and B-tree index start with `tenant`.
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 from django.apps import apps
 from django.contrib.postgres.indexes import GinIndex
@@ -40,7 +43,8 @@ def test_every_app_model_with_tenant_data_is_covered():
 
 @pytest.mark.parametrize("model", TENANT_MODELS, ids=lambda m: m.__name__)
 def test_tenant_owned_model_has_the_fail_closed_manager(model):
-    assert issubclass(model, TenantOwnedModel), f"{model.__name__} must inherit tenants.models.TenantOwnedModel"
+    assert issubclass(model, TenantOwnedModel), (
+        f"{model.__name__} must inherit tenants.models.TenantOwnedModel")
     assert isinstance(model._default_manager, TenantScopedManager)
     assert model._meta.default_manager.name == "objects"
 
@@ -73,7 +77,8 @@ def test_tenant_owned_model_constraints_and_indexes_start_with_tenant(model):
         assert index.fields[0] == "tenant", f"{model.__name__}.{index.name} must start with tenant"
     for field in model._meta.fields:
         assert not (field.unique and not field.primary_key), (
-            f"{model.__name__}.{field.name} is unique on its own; use a UniqueConstraint that starts with tenant"
+            f"{model.__name__}.{field.name} is unique on its own; "
+            "use a UniqueConstraint that starts with tenant"
         )
 
 
@@ -87,7 +92,8 @@ BYPASS_ALLOWED = {
     "ekko_site/admin_site.py": "operators audit every tenant (staff only)",
     "tenants/admin.py": "operators audit every tenant (staff only)",
     "memory/admin.py": "operators audit every tenant (staff only)",
-    "memory/pipeline/runs.py": "the retry sweep finds due runs of every tenant, then works in each tenant's context",
+    "memory/pipeline/runs.py":
+        "the retry sweep finds due runs of every tenant, then works in each tenant's context",
     "memory/management/commands/_workspace.py": "a CLI operator names a workspace by id",
 }
 
@@ -105,4 +111,114 @@ def test_the_tenant_bypass_is_used_only_in_listed_places():
         if "migrations" not in path.parts and pattern.search(path.read_text(encoding="utf-8"))
     }
     unlisted = users - set(BYPASS_ALLOWED)
-    assert not unlisted, f"{sorted(unlisted)} lift the tenant walls; justify them in BYPASS_ALLOWED and docs/tenancy.md"
+    assert not unlisted, (
+        f"{sorted(unlisted)} lift the tenant walls; justify them in BYPASS_ALLOWED and docs/tenancy.md")
+
+
+# --------------------------------------------------------------------------- package layering
+
+ROOT = Path(__file__).resolve().parent.parent
+# Callers of the services: the services announce work through memory.services.events instead.
+SERVICE_FORBIDDEN_IMPORTS = (
+    "memory.pipeline", "memory.search", "memory.api", "memory.pages", "memory.transfer")
+SERVICE_IMPORTS_ALLOWED = {
+    # The embedding provider is a leaf module (it imports only memory.http_json), so no circle can form.
+    ("memory/services/embeddings.py", "memory.search.embeddings"),
+}
+
+
+def _python_files(*folders: str) -> list[Path]:
+    return sorted(
+        path for folder in folders for path in (ROOT / folder).rglob("*.py")
+        if "migrations" not in path.parts and "__pycache__" not in path.parts
+    )
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking_block(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def _imports(tree: ast.Module, *, top_level_only: bool = False) -> set[str]:
+    """Return the modules a file imports (`from a import b` counts as `a` and `a.b`)."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST, *, nested: bool) -> None:
+        if _is_type_checking_block(node):
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            inside = nested or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+            if not (top_level_only and inside):
+                visit(child, nested=inside)
+
+    visit(tree, nested=False)
+    return found
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_services_and_rules_never_import_their_callers():
+    offenders = []
+    for path in _python_files("memory/services", "memory/rules"):
+        relative = str(path.relative_to(ROOT))
+        for module in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if any(relative == allowed_file and _within(module, allowed)
+                   for allowed_file, allowed in SERVICE_IMPORTS_ALLOWED):
+                continue
+            if any(_within(module, package) for package in SERVICE_FORBIDDEN_IMPORTS):
+                offenders.append(f"{relative} imports {module}")
+            impure = _within(module, "django") or _within(module, "tenants") or (
+                _within(module, "memory") and not _within(module, "memory.rules"))
+            if relative.startswith("memory/rules/") and impure:
+                offenders.append(f"{relative} imports {module} (rules are pure: no ORM, no Django)")
+    assert not offenders, (
+        "memory/services and memory/rules are imported by the pipeline, search, API, pages and transfer, "
+        f"never the other way round; announce after-commit work through memory.services.events: {offenders}"
+    )
+
+
+def test_no_import_circle_between_modules_at_import_time():
+    files = _python_files("memory", "tenants", "ekko_site")
+    modules = {_module_name(path): path for path in files}
+    graph = {
+        name: {m for m in _imports(ast.parse(path.read_text(encoding="utf-8")), top_level_only=True)
+               if m in modules and m != name}
+        for name, path in modules.items()
+    }
+    state: dict[str, str] = {}
+    circles: list[list[str]] = []
+
+    def walk(name: str, trail: list[str]) -> None:
+        state[name] = "open"
+        for imported in sorted(graph[name]):
+            if state.get(imported) == "open":
+                circles.append([*trail[trail.index(imported):], imported])
+            elif imported not in state:
+                walk(imported, [*trail, imported])
+        state[name] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            walk(name, [name])
+    assert not circles, f"Import circles at module level (import the submodule, move shared code): {circles}"
+
+
+def test_scope_choices_are_the_rules_vocabulary():
+    from memory.rules.scope_policy import AGENT_WRITABLE_SCOPES, SCOPES
+    from tenants.models import AGENT_WRITABLE_SCOPES as WRITABLE_CHOICES
+    from tenants.models import Scope
+
+    assert tuple(Scope.values) == SCOPES
+    assert [str(scope) for scope in WRITABLE_CHOICES] == list(AGENT_WRITABLE_SCOPES)
+    assert "global" not in AGENT_WRITABLE_SCOPES

@@ -14,7 +14,7 @@ from django.utils import timezone
 from memory.errors import Invalid
 from memory.models import MemoryMessage
 from memory.rules.text import count_tokens, segment_for_search
-from memory.services import events
+from memory.services.events import messages_captured_announce
 from memory.services.guards import require_batch_size
 from memory.visibility import Viewer
 from tenants.context import tenant_context
@@ -77,6 +77,6 @@ def message_append_batch(*, viewer: Viewer, session_id: str,
             )
             stored.append(message)
             created_ids.append(message.pk)
-        events.messages_captured_announce(tenant_id=viewer.tenant.pk, workspace_id=viewer.workspace.pk,
-                                          session_id=session_id, message_pks=created_ids)
+        messages_captured_announce(tenant_id=viewer.tenant.pk, workspace_id=viewer.workspace.pk,
+                                   session_id=session_id, message_pks=created_ids)
     return stored

@@ -40,8 +40,8 @@ from memory.rules.scope_policy import validate_scope_for_write
 from memory.rules.sensitive import find_sensitive_node_content
 from memory.rules.values import normalize_value, validate_value
 from memory.selectors import accessible_nodes, parse_node_id, tenant_kinds
-from memory.services import events
 from memory.services.audit import audit_node_change
+from memory.services.events import nodes_written_announce
 from memory.services.guards import (
     require_batch_size,
     require_workspace_reachable,
@@ -441,7 +441,7 @@ def node_write_bulk(*, writes: Sequence[NodeWrite], skip_invalid: bool) -> list[
                 if not skip_invalid:
                     raise
                 outcomes.append(BulkOutcome(error=exc))
-        events.nodes_written_announce(
+        nodes_written_announce(
             tenant_id=tenant.pk,
             node_ids=[r.node.pk for outcome in outcomes for r in outcome.results
                       if r.action in ("created", "superseded", "updated")])
