@@ -7,6 +7,8 @@ COPY memory memory
 COPY tenants tenants
 RUN pip install --no-cache-dir .
 COPY . .
-RUN DATABASE_URL=postgres://build@localhost/build python manage.py collectstatic --noinput --verbosity 0
+# Build-time only values (not kept in the image): collectstatic needs settings, not a database or a real key.
+RUN DATABASE_URL=postgres://build@localhost/build DJANGO_SECRET_KEY=collectstatic-build-only \
+    python manage.py collectstatic --noinput --verbosity 0
 EXPOSE 8000
 CMD ["gunicorn", "ekko_site.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3"]

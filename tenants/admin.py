@@ -1,5 +1,8 @@
 """Admin for operators: tenants with their members, workspaces and keys; API keys shown once and revocable.
 
+A new key's raw value is shown once on the page that answers the add form (`ApiKeyAdmin.response_add`),
+never through django.contrib.messages, whose cookie would carry it to the browser.
+
 The tenant list and page are the per-tenant audit overview: members, workspaces, memory counts by
 status, API keys with their last use, and links into the read-only audit trail (memory/admin.py).
 The admin site runs in the all-tenants context, so counts read through `all_tenants` managers.
@@ -10,6 +13,7 @@ from django.contrib import admin, messages
 from django.db.models import Count, IntegerField, Max, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
@@ -262,8 +266,26 @@ class ApiKeyAdmin(AllTenantsAdmin):
             workspace=form.cleaned_data["workspace"],
             created_by=request.user,
         )
-        obj.pk = issued.api_key.pk
-        messages.warning(request, f"New API key (shown once, copy it now): {issued.raw_key}")
+        obj.pk, obj.prefix = issued.api_key.pk, issued.api_key.prefix
+        # Kept on the instance until `response_add` renders it: never in a message (the cookie
+        # storage would carry it to the browser readable without the secret key) nor the session.
+        obj._issued_raw_key = issued.raw_key
+
+    def response_add(self, request: HttpRequest, obj: ApiKey, post_url_continue: str | None = None):  # noqa: ANN201
+        """Answer the add form with a page that shows the new raw key once; later pages show its prefix."""
+        raw_key = getattr(obj, "_issued_raw_key", None)
+        if raw_key is None:
+            return super().response_add(request, obj, post_url_continue)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("New API key"),
+            "opts": self.opts,
+            "api_key": obj,
+            "raw_key": raw_key,
+        }
+        response = TemplateResponse(request, "admin/tenants/apikey/issued.html", context)
+        response["Cache-Control"] = "no-store"
+        return response
 
     @admin.action(description="Revoke selected API keys")
     def revoke(self, request: HttpRequest, queryset: QuerySet) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.http import HttpRequest
 
 from tenants.context import tenant_context
 from tenants.models import ApiKey, Workspace
@@ -13,7 +14,8 @@ from tenants.services import api_key_authenticate
 @pytest.fixture
 def operator_client(client, db):  # noqa: ANN001
     get_user_model().objects.create_superuser("ops", "ops@example.com", "ops-password-1")
-    client.login(username="ops", password="ops-password-1")
+    # django-axes throttles sign-ins by request address, so authenticate() needs a request.
+    client.login(request=HttpRequest(), username="ops", password="ops-password-1")
     return client
 
 

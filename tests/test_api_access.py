@@ -171,10 +171,12 @@ def test_unknown_enum_values_and_wrong_types_name_the_field(client, tenant_a, bo
 
 
 def test_browser_sessions_need_csrf_on_the_api(client, tenant_a):
+    from django.http import HttpRequest
     from django.test import Client
 
     browser = Client(enforce_csrf_checks=True)
-    browser.login(username="alice", password="pw-for-tests-1")
+    # django-axes throttles sign-ins by request address, so authenticate() needs a request.
+    browser.login(request=HttpRequest(), username="alice", password="pw-for-tests-1")
     response = browser.post("/api/v1/memory/search", data=json.dumps({"all": True}),
                             content_type="application/json")
     assert response.status_code == 403 and response.json()["code"] == "forbidden"
