@@ -177,7 +177,8 @@ SECURE_CROSS_ORIGIN_OPENER_POLICY = os.environ.get("EKKO_CROSS_ORIGIN_OPENER_POL
 X_FRAME_OPTIONS = "DENY"
 # Directives that restrict where forms post and who may frame or re-base a page, not which scripts run.
 EKKO_CONTENT_SECURITY_POLICY = os.environ.get(
-    "EKKO_CONTENT_SECURITY_POLICY", "frame-ancestors 'none'; base-uri 'self'; form-action 'self'; object-src 'none'"
+    "EKKO_CONTENT_SECURITY_POLICY",
+    "frame-ancestors 'none'; base-uri 'self'; form-action 'self'; object-src 'none'",
 )
 # Reverse proxies in front of the app that set X-Forwarded-For/-Proto (and drop the client's own).
 EKKO_TRUSTED_PROXY_COUNT = env_int("EKKO_TRUSTED_PROXY_COUNT", 0)

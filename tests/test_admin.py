@@ -48,7 +48,8 @@ def test_admin_shows_a_new_api_key_once_on_a_page_and_never_in_a_cookie(operator
     with tenant_context(tenant_a):
         workspace = Workspace.objects.get(slug="default")
     response = operator_client.post("/admin/tenants/apikey/add/", {
-        "tenant": tenant_a.pk, "name": "from-admin", "write_scopes": ["session", "user"], "workspace": workspace.pk,
+        "tenant": tenant_a.pk, "name": "from-admin", "write_scopes": ["session", "user"],
+        "workspace": workspace.pk,
     })
     hops = [response]
     while hops[-1].status_code in (301, 302, 303) and len(hops) < 5:
@@ -60,7 +61,8 @@ def test_admin_shows_a_new_api_key_once_on_a_page_and_never_in_a_cookie(operator
     assert response.status_code == 200 and "no-store" in response["Cache-Control"]
     assert re.search(r'id="issued-key"[^>]*value="([^"]+)"', page).group(1) == raw_key
     api_key = api_key_authenticate(raw_key)
-    assert api_key is not None and api_key.name == "from-admin" and api_key.write_scopes == ["session", "user"]
+    assert api_key is not None and api_key.name == "from-admin"
+    assert api_key.write_scopes == ["session", "user"]
     assert raw_key not in str(dict(operator_client.session)), "nor in the session"
     for path in ["/admin/tenants/apikey/", f"/admin/tenants/apikey/{api_key.pk}/change/", "/admin/"]:
         later = operator_client.get(path)

@@ -35,7 +35,8 @@ def end_cool_off() -> None:
     """Move every recorded failure back past the cool-off, as if the lock's time had run out."""
     from django.conf import settings
 
-    AccessAttempt.objects.update(attempt_time=timezone.now() - settings.AXES_COOLOFF_TIME - timedelta(seconds=1))
+    expired = timezone.now() - settings.AXES_COOLOFF_TIME - timedelta(seconds=1)
+    AccessAttempt.objects.update(attempt_time=expired)
 
 
 @pytest.fixture
@@ -202,7 +203,8 @@ def test_a_deployment_without_a_secret_key_refuses_to_start():
 
 def test_a_local_run_without_a_secret_key_keeps_a_random_one_in_the_data_directory(tmp_path):
     # DJANGO_DEBUG with an (unreached) database URL: local settings without starting an embedded server.
-    env = {"DATABASE_URL": "postgres://nobody@127.0.0.1:1/none", "DJANGO_DEBUG": "1", "EKKO_DATA_DIR": str(tmp_path)}
+    env = {"DATABASE_URL": "postgres://nobody@127.0.0.1:1/none", "DJANGO_DEBUG": "1",
+           "EKKO_DATA_DIR": str(tmp_path)}
     show = ["shell", "-c", "from django.conf import settings; print(settings.SECRET_KEY)"]
     first, second = run_manage(env, *show), run_manage(env, *show)
     assert first.returncode == 0, first.stderr
