@@ -201,9 +201,16 @@ AXES_LOCKOUT_PARAMETERS = [
     for part in os.environ.get("EKKO_LOGIN_LOCKOUT_BY", "username+ip_address").replace(" ", "").split(",")
     if part
 ]
+_lockout_names = {name for part in AXES_LOCKOUT_PARAMETERS for name in ([part] if isinstance(part, str) else part)}
+if not _lockout_names or not _lockout_names <= {"username", "ip_address", "user_agent"}:
+    raise ImproperlyConfigured(
+        "EKKO_LOGIN_LOCKOUT_BY names username, ip_address or user_agent, joined by + and separated by commas."
+    )
 AXES_RESET_ON_SUCCESS = True
 # Attempts during a lockout are refused without being counted, so the lock ends on time.
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+# Failures expire with the cool-off; a row per successful sign-in (address, browser) only on request.
+AXES_DISABLE_ACCESS_LOG = not env_bool("EKKO_LOGIN_ACCESS_LOG", False)
 AXES_CLIENT_IP_CALLABLE = "ekko_site.security.client_ip"
 AXES_LOCKOUT_CALLABLE = "ekko_site.security.lockout_response"
 

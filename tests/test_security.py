@@ -93,6 +93,18 @@ def test_the_admin_login_is_locked_with_its_own_page(client, db):
     assert client.get("/admin/").status_code == 200
 
 
+def test_an_operator_unlocks_a_person_by_deleting_the_access_attempt_in_admin(client, tenant_a):
+    fail_times(client, "alice", 5)
+    get_user_model().objects.create_superuser("ops", "ops@example.com", "ops-password-1")
+    operator = Client(REMOTE_ADDR="192.0.2.1")
+    assert sign_in(operator, "ops", "ops-password-1", path="/admin/login/") == 302
+    listing = operator.get("/admin/axes/accessattempt/")
+    assert listing.status_code == 200 and "alice" in listing.content.decode()
+    attempt = AccessAttempt.objects.get(username="alice")
+    operator.post(f"/admin/axes/accessattempt/{attempt.pk}/delete/", {"post": "yes"})
+    assert sign_in(client, "alice", PASSWORD) == 302
+
+
 def test_the_lockout_page_follows_the_language_of_the_pages(client, tenant_a):
     fail_times(client, "alice", 5)
     html = client.post(
@@ -199,6 +211,11 @@ def test_a_deployment_without_a_secret_key_refuses_to_start():
     result = run_manage(env, "check")
     assert result.returncode != 0
     assert "DJANGO_SECRET_KEY is not set" in result.stderr
+
+
+def test_an_unknown_lockout_parameter_refuses_to_start():
+    result = run_manage({**compose_environment("web"), "EKKO_LOGIN_LOCKOUT_BY": "user+ip"}, "check")
+    assert result.returncode != 0 and "EKKO_LOGIN_LOCKOUT_BY names username" in result.stderr
 
 
 def test_a_local_run_without_a_secret_key_keeps_a_random_one_in_the_data_directory(tmp_path):
