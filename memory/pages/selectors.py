@@ -18,11 +18,12 @@ from uuid import UUID
 from django.contrib.postgres.search import SearchQuery
 from django.db.models import Count, Max, Min, Q, QuerySet, Window
 
-from memory.models import MemoryAuditEvent, MemoryMessage, MemoryNode, MemorySummary, NodeStatus
+from memory.models import HEAVY_FIELDS, MemoryAuditEvent, MemoryMessage, MemoryNode, MemorySummary, NodeStatus
 from memory.pages import labels
 from memory.rules.queries import is_list_all_query
 from memory.rules.text import query_terms, tsquery_text
 from memory.search.retrieval import SEARCH_LIMIT_MAX, MemoryQuery, search_nodes
+from memory.selectors import category_q
 from memory.visibility import Viewer, accessible_nodes_q
 from tenants.models import Scope
 
@@ -30,7 +31,6 @@ logger = logging.getLogger(__name__)
 
 PAGE_SIZE = 25
 KEYWORD_MATCH_CAP = 500
-DEFERRED = ("embedding", "search_vector", "search_text")
 STATUS_ANY = "any"
 
 
@@ -56,7 +56,7 @@ def page_nodes(viewer: Viewer) -> QuerySet[MemoryNode]:
     session memories belong to the workspace picked in the switcher.
     """
     here = Q(scope__in=[Scope.USER, Scope.GLOBAL]) | Q(workspace_id=viewer.workspace.pk)
-    return MemoryNode.objects.filter(accessible_nodes_q(viewer)).filter(here).defer(*DEFERRED)
+    return MemoryNode.objects.filter(accessible_nodes_q(viewer)).filter(here).defer(*HEAVY_FIELDS)
 
 
 def _status_q(status: str) -> Q:
@@ -71,9 +71,7 @@ def filtered_nodes(viewer: Viewer, filters: NodeFilters) -> QuerySet[MemoryNode]
     if filters.domain:
         nodes = nodes.filter(domain=filters.domain)
     if filters.category:
-        nodes = nodes.filter(
-            Q(category_path_text=filters.category) | Q(category_path_text__startswith=filters.category + "/")
-        )
+        nodes = nodes.filter(category_q(filters.category))
     if filters.type:
         nodes = nodes.filter(type=filters.type)
     if filters.kind:
@@ -357,7 +355,7 @@ def evidence_messages(viewer: Viewer, node: MemoryNode) -> list[MemoryMessage]:
         MemoryMessage.objects.filter(
             tenant=viewer.tenant, workspace_id=node.workspace_id, message_id__in=list(node.source_message_ids)
         )
-        .defer(*DEFERRED)
+        .defer(*HEAVY_FIELDS)
         .order_by("created_at", "id")
     )
 
@@ -427,7 +425,7 @@ def session_detail(viewer: Viewer, session_id: str) -> SessionDetail | None:
         return None
     newest = list(
         messages.select_related("user")
-        .defer(*DEFERRED)
+        .defer(*HEAVY_FIELDS)
         .order_by("-created_at", "-id")[:SESSION_MESSAGE_LIMIT]
     )
     nodes = list(
