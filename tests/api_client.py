@@ -1,4 +1,5 @@
-"""An API test client: Bearer auth, status + error-code assertions, and OpenAPI validation of every response."""
+"""An API test client: Bearer auth or a signed-in browser session (with CSRF), status + error-code assertions,
+and OpenAPI validation of every response."""
 
 from __future__ import annotations
 
@@ -45,19 +46,24 @@ def validate_response(method: str, path: str, status: int, body: Any) -> None:
 
 
 class Api:
-    def __init__(self, client: Client, key: str | None) -> None:
+    def __init__(self, client: Client, key: str | None, *, csrf_token: str | None = None) -> None:
         self.client = client
         self.key = key
+        self.csrf_token = csrf_token
 
     def _headers(self) -> dict[str, str]:
+        if self.csrf_token:
+            return {"HTTP_X_CSRFTOKEN": self.csrf_token}
         return {"HTTP_AUTHORIZATION": f"Bearer {self.key}"} if self.key else {}
 
     def call(self, method: str, path: str, body: Any = None, *, expect: int = 200, code: str | None = None,
-             raw: bytes | None = None) -> Any:
+             raw: bytes | None = None, multipart: bool = False) -> Any:
         url = "/api/v1/" + path
         kwargs: dict[str, Any] = self._headers()
         if method == "GET":
             response = self.client.get(url, body or {}, **kwargs)
+        elif multipart:
+            response = getattr(self.client, method.lower())(url, data=body or {}, **kwargs)
         else:
             payload = raw if raw is not None else json.dumps(body)
             response = getattr(self.client, method.lower())(url, data=payload, content_type="application/json",
@@ -80,3 +86,12 @@ class Api:
 
 def api_for(client: Client, tenant: Tenant, **key_options: Any) -> Api:
     return Api(client, api_key_create(tenant=tenant, **key_options).raw_key)
+
+
+def api_for_person(username: str, password: str) -> Api:
+    """Return an API client signed in as `username` through the browser session, CSRF enforced as in a browser."""
+    client = Client(enforce_csrf_checks=True)
+    assert client.login(username=username, password=password), f"{username} cannot sign in with that password"
+    client.get("/")  # the dashboard sets the CSRF cookie a browser would send back
+    token = client.cookies["csrftoken"].value
+    return Api(client, None, csrf_token=token)
