@@ -77,11 +77,14 @@ def memberships_of(user: AbstractBaseUser) -> list[Membership]:
     """Return every membership of a signed-in person (the tenant switcher's list)."""
     # A person's tenants are what we are looking up, so this reads across tenants (docs/tenancy.md).
     with all_tenants_context():
-        return list(Membership.all_tenants.select_related("tenant").filter(user=user).order_by("tenant__slug"))
+        return list(
+            Membership.all_tenants.select_related("tenant").filter(user=user).order_by("tenant__slug")
+        )
 
 
-def principal_for_user(user: AbstractBaseUser, session: Mapping[str, Any],
-                       memberships: list[Membership] | None = None) -> Principal | None:
+def principal_for_user(
+    user: AbstractBaseUser, session: Mapping[str, Any], memberships: list[Membership] | None = None
+) -> Principal | None:
     """Return the principal of a signed-in person in the session's tenant, or None without a membership."""
     memberships = memberships_of(user) if memberships is None else memberships
     if not memberships:
@@ -115,12 +118,21 @@ def _reachable_q(principal: Principal) -> Q:
 def reachable_workspaces(principal: Principal) -> list[Workspace]:
     """Return the workspaces `principal` may name, oldest first (`GET workspaces`, the page switcher)."""
     with tenant_context(principal.tenant):
-        return list(Workspace.objects.filter(_reachable_q(principal), tenant=principal.tenant)
-                    .order_by("created_at", "id"))
+        return list(
+            Workspace.objects.filter(_reachable_q(principal), tenant=principal.tenant).order_by(
+                "created_at", "id"
+            )
+        )
 
 
-def viewer_for(principal: Principal, *, workspace_ref: str | int | None = None, session_id: str | None = None,
-               user_ref: str | None = None, whole_tenant: bool = False) -> Viewer:
+def viewer_for(
+    principal: Principal,
+    *,
+    workspace_ref: str | int | None = None,
+    session_id: str | None = None,
+    user_ref: str | None = None,
+    whole_tenant: bool = False,
+) -> Viewer:
     """Return the Viewer of `principal` for the workspace, session and user a request names.
 
     An empty workspace means the key's pinned workspace, else `default`; an empty user means the
@@ -129,8 +141,11 @@ def viewer_for(principal: Principal, *, workspace_ref: str | int | None = None, 
     member_ids: frozenset[int] = frozenset()
     if principal.restrict_to_person:
         with tenant_context(principal.tenant):
-            member_ids = frozenset(Workspace.objects.filter(_reachable_q(principal), tenant=principal.tenant)
-                                   .values_list("pk", flat=True))
+            member_ids = frozenset(
+                Workspace.objects.filter(_reachable_q(principal), tenant=principal.tenant).values_list(
+                    "pk", flat=True
+                )
+            )
     if workspace_ref in (None, "") and principal.pinned_workspace_id is not None:
         workspace_ref = principal.pinned_workspace_id
     try:
@@ -138,10 +153,17 @@ def viewer_for(principal: Principal, *, workspace_ref: str | int | None = None, 
     except TenantObjectNotFound as exc:
         raise NotFound(str(exc)) from exc
     viewer = Viewer(
-        tenant=principal.tenant, workspace=workspace, session_id=session_id or None, user=principal.user,
-        whole_tenant=whole_tenant, write_scopes=principal.write_scopes, read_only=principal.read_only,
-        actor=principal.actor, pinned_workspace_id=principal.pinned_workspace_id,
-        restrict_to_person=principal.restrict_to_person, member_workspace_ids=member_ids,
+        tenant=principal.tenant,
+        workspace=workspace,
+        session_id=session_id or None,
+        user=principal.user,
+        whole_tenant=whole_tenant,
+        write_scopes=principal.write_scopes,
+        read_only=principal.read_only,
+        actor=principal.actor,
+        pinned_workspace_id=principal.pinned_workspace_id,
+        restrict_to_person=principal.restrict_to_person,
+        member_workspace_ids=member_ids,
     )
     viewer.refuse_workspace(workspace, ref=workspace_ref)
     if user_ref:
@@ -152,7 +174,7 @@ def viewer_for(principal: Principal, *, workspace_ref: str | int | None = None, 
 
 
 def workspace_named(viewer: Viewer, ref: str | int | None) -> Workspace:
-    """Return the workspace an operation names (the viewer's own when empty), if the rule lets `viewer` reach it."""
+    """Return the workspace an operation names (the viewer's own when empty) if `viewer` may reach it."""
     if ref in (None, ""):
         return viewer.workspace
     try:
@@ -185,14 +207,14 @@ def operations_check(viewer: Viewer, operations: Iterable[Mapping[str, Any]]) ->
 
 
 def may_create_workspace(principal: Principal) -> bool:
-    """Return whether `principal` may add a workspace to the tenant (writable unpinned keys, owners, admins)."""
+    """Return whether `principal` may add a workspace (writable unpinned keys, owners, admins)."""
     if principal.user is not None:
         return principal.is_admin
     return not principal.read_only and principal.pinned_workspace_id is None
 
 
 def may_export(principal: Principal) -> bool:
-    """Return whether `principal` may download a workspace: it holds everyone's cards (keys, owners, admins)."""
+    """Return whether `principal` may download a workspace with everyone's cards (keys, owners, admins)."""
     return principal.user is None or principal.is_admin
 
 
@@ -211,7 +233,11 @@ def sqlite_download(viewer: Viewer) -> FileResponse:
         handle = open(path, "rb")  # noqa: SIM115 - FileResponse closes it
     finally:
         os.unlink(path)  # the open handle keeps the data until the response is sent
-    response = FileResponse(handle, as_attachment=True, filename=f"{tenant.slug}-{workspace.slug}.sqlite",
-                            content_type="application/vnd.sqlite3")
+    response = FileResponse(
+        handle,
+        as_attachment=True,
+        filename=f"{tenant.slug}-{workspace.slug}.sqlite",
+        content_type="application/vnd.sqlite3",
+    )
     response["Cache-Control"] = "no-store"
     return response

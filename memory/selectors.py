@@ -38,7 +38,7 @@ def key_q(key: str) -> Q:
 
 
 def category_q(path: str | Sequence[str]) -> Q:
-    """Return the filter for a category path prefix by whole segments (生活技能/做饭, never 生活技能/做饭器具)."""
+    """Return the filter for a category path prefix, by whole segments (a/b matches a/b/c, never a/bc)."""
     prefix = path if isinstance(path, str) else "/".join(path)
     return Q(category_path_text=prefix) | Q(category_path_text__startswith=prefix + "/")
 
@@ -134,7 +134,7 @@ class NodeSelector:
     workspace_id: int | None = None
 
     def is_empty(self) -> bool:
-        """Return whether the selector names nothing to match (a workspace alone narrows, it does not name)."""
+        """Return whether the selector names nothing (a workspace alone narrows a match, it names none)."""
         return not any([self.type, self.kind, self.key, self.value_json_given, self.scope, self.domain,
                         self.category_path_prefix])
 

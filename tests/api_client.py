@@ -69,7 +69,8 @@ class Api:
             response = getattr(self.client, method.lower())(url, data=payload, content_type="application/json",
                                                             **kwargs)
         data = response.json() if response.get("Content-Type", "").startswith("application/json") else None
-        assert response.status_code == expect, f"{method} {url} → {response.status_code}: {data or response.content[:500]}"
+        shown = data or (b"<a file>" if response.streaming else response.content[:500])
+        assert response.status_code == expect, f"{method} {url} → {response.status_code}: {shown}"
         if code is not None:
             assert data is not None and data.get("code") == code, f"expected code {code!r}, got {data}"
         if data is not None:

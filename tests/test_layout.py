@@ -26,11 +26,14 @@ def _imported_modules(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("package, forbidden", [("memory/pages", "memory.api"), ("memory/api", "memory.pages")])
+@pytest.mark.parametrize(
+    "package, forbidden", [("memory/pages", "memory.api"), ("memory/api", "memory.pages")]
+)
 def test_an_edge_does_not_import_the_other(package, forbidden):
     offenders = {
-        str(path.relative_to(ROOT)): sorted(name for name in _imported_modules(path)
-                                            if name == forbidden or name.startswith(forbidden + "."))
+        str(path.relative_to(ROOT)): sorted(
+            name for name in _imported_modules(path) if name == forbidden or name.startswith(forbidden + ".")
+        )
         for path in (ROOT / package).rglob("*.py")
     }
     offenders = {path: names for path, names in offenders.items() if names}

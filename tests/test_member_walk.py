@@ -46,37 +46,78 @@ def _card(**node: Any) -> dict:
 
 
 def _avoidance(item: str, **node: Any) -> dict:
-    return _card(kind="food_avoidance", itemKey=item, valueJson=item, title=f"不吃{item}", content=f"不吃{item}",
-                 **node)
+    return _card(
+        kind="food_avoidance",
+        itemKey=item,
+        valueJson=item,
+        title=f"不吃{item}",
+        content=f"不吃{item}",
+        **node,
+    )
 
 
 def _constraint(item: str, **node: Any) -> dict:
-    return _card(kind="hard_constraint", itemKey=item, valueJson=item, title=f"约束 {item}", content=f"约束 {item}",
-                 scope="workspace", **node)
+    return _card(
+        kind="hard_constraint",
+        itemKey=item,
+        valueJson=item,
+        title=f"约束 {item}",
+        content=f"约束 {item}",
+        scope="workspace",
+        **node,
+    )
 
 
 def _write(api: Api, *operations: dict, **kwargs: Any) -> list[dict]:
-    return api.post("memory/write", {"operations": list(operations), "explicitUserIntent": True}, **kwargs)["results"]
+    return api.post("memory/write", {"operations": list(operations), "explicitUserIntent": True}, **kwargs)[
+        "results"
+    ]
 
 
 @pytest.fixture
 def office(client, tenant_a):  # noqa: ANN001
-    """Tenant A: workspaces X and Y; mia (member) belongs to X only, ben (member) to Y; an agent key fills Y."""
+    """Tenant A: workspaces X and Y; mia (member) is in X only, ben (member) in Y; an agent key fills Y."""
     x = workspace_create(tenant=tenant_a, name="Project X")
     y = workspace_create(tenant=tenant_a, name="Project Y")
     mia, ben = _person(tenant_a, "mia", Role.MEMBER), _person(tenant_a, "ben", Role.MEMBER)
     _join(tenant_a, x, mia)
     _join(tenant_a, y, ben)
     agent = api_for(client, tenant_a)
-    agent.post("messages", {"sessionId": "s-y", "workspaceId": y.slug, "userId": "ben", "messages": [
-        {"id": "y1", "role": "user", "content": "记住：Y 项目只用 Postgres"}]}, expect=201)
+    agent.post(
+        "messages",
+        {
+            "sessionId": "s-y",
+            "workspaceId": y.slug,
+            "userId": "ben",
+            "messages": [{"id": "y1", "role": "user", "content": "记住：Y 项目只用 Postgres"}],
+        },
+        expect=201,
+    )
     y_card = _write(agent, _constraint("postgres", workspaceId=y.slug))[0]
     ben_card = _write(agent, _avoidance("香菜", userId="ben", workspaceId=str(x.pk)))[0]
-    agent.post("summaries", {"sessionId": "s-y", "workspaceId": y.slug, "fromMessageId": "y1", "toMessageId": "y1",
-                             "summary": "Y 用 Postgres"}, expect=201)
+    agent.post(
+        "summaries",
+        {
+            "sessionId": "s-y",
+            "workspaceId": y.slug,
+            "fromMessageId": "y1",
+            "toMessageId": "y1",
+            "summary": "Y 用 Postgres",
+        },
+        expect=201,
+    )
     y_run = agent.post("extract", {"sessionId": "s-y", "workspaceId": y.slug}, expect=202)["taskId"]
-    return {"tenant": tenant_a, "x": x, "y": y, "mia": mia, "ben": ben, "agent": agent,
-            "y_card": y_card, "ben_card": ben_card, "y_run": y_run}
+    return {
+        "tenant": tenant_a,
+        "x": x,
+        "y": y,
+        "mia": mia,
+        "ben": ben,
+        "agent": agent,
+        "y_card": y_card,
+        "ben_card": ben_card,
+        "y_run": y_run,
+    }
 
 
 def _state(office: dict) -> dict:
@@ -84,7 +125,9 @@ def _state(office: dict) -> dict:
     tenant, y, ben = office["tenant"], office["y"], office["ben"]
     with tenant_context(tenant):
         return {
-            "nodes": sorted(MemoryNode.objects.filter(workspace=y).values_list("pk", "status", "revision", "content"))
+            "nodes": sorted(
+                MemoryNode.objects.filter(workspace=y).values_list("pk", "status", "revision", "content")
+            )
             + sorted(MemoryNode.objects.filter(user=ben).values_list("pk", "status", "revision", "content")),
             "messages": sorted(MemoryMessage.objects.filter(workspace=y).values_list("message_id", "content"))
             + sorted(MemoryMessage.objects.filter(user=ben).values_list("message_id", "content")),
@@ -106,54 +149,141 @@ def _member_requests(office: dict) -> dict[str, list[tuple[str, str, dict, tuple
     forget = {"reason": "r", "explicitUserIntent": True, "mode": "hard"}
     return {
         "api-workspaces": [("POST", "workspaces", {"name": "Side project"}, FORBIDDEN)],
-        "api-workspace-export": [("GET", f"workspaces/{y}/export.sqlite", {}, NOT_FOUND),
-                                 ("GET", f"workspaces/{ys}/export.sqlite", {}, NOT_FOUND),
-                                 ("GET", "workspaces/default/export.sqlite", {}, FORBIDDEN),
-                                 ("GET", f"workspaces/{office['x'].slug}/export.sqlite", {}, FORBIDDEN)],
-        "api-workspace-import": [("POST", f"workspaces/{y}/import", MULTIPART, NOT_FOUND),
-                                 ("POST", "workspaces/default/import", MULTIPART, FORBIDDEN)],
-        "api-messages": [("POST", "messages", {"sessionId": "s-y", "workspaceId": y,
-                                               "messages": [{"role": "user", "content": "hi"}]}, NOT_FOUND),
-                         ("POST", "messages", {"sessionId": "s-m", "userId": "ben",
-                                               "messages": [{"role": "user", "content": "I am ben"}]}, NOT_FOUND),
-                         ("GET", "messages", {"sessionId": "s-y", "workspaceId": y}, NOT_FOUND),
-                         ("GET", "messages", {"sessionId": "s-y", "workspaceId": ys}, NOT_FOUND)],
-        "api-messages-search": [("POST", "messages/search", {"queryText": "Postgres", "workspaceId": y}, NOT_FOUND),
-                                ("POST", "messages/search", {"queryText": "香菜", "userId": "ben"}, NOT_FOUND)],
-        "api-memory-search": [("POST", "memory/search", {"queryText": "Postgres", "workspaceId": y}, NOT_FOUND),
-                              ("POST", "memory/search", {"all": True, "userId": "ben"}, NOT_FOUND)],
-        "api-node": [("GET", f"memory/nodes/{y_card['nodeId']}", {}, NOT_FOUND),
-                     ("GET", f"memory/nodes/{ben_card['nodeId']}", {}, NOT_FOUND)],
-        "api-node-history": [("GET", f"memory/nodes/{y_card['nodeId']}/history", {}, NOT_FOUND),
-                             ("GET", f"memory/nodes/{ben_card['nodeId']}/history", {}, NOT_FOUND)],
-        "api-memory-get": [("POST", "memory/get", {"kind": "hard_constraint", "workspaceId": y}, NOT_FOUND),
-                           ("POST", "memory/get", {"kind": "food_avoidance", "userId": "ben"}, NOT_FOUND)],
+        "api-workspace-export": [
+            ("GET", f"workspaces/{y}/export.sqlite", {}, NOT_FOUND),
+            ("GET", f"workspaces/{ys}/export.sqlite", {}, NOT_FOUND),
+            ("GET", "workspaces/default/export.sqlite", {}, FORBIDDEN),
+            ("GET", f"workspaces/{office['x'].slug}/export.sqlite", {}, FORBIDDEN),
+        ],
+        "api-workspace-import": [
+            ("POST", f"workspaces/{y}/import", MULTIPART, NOT_FOUND),
+            ("POST", "workspaces/default/import", MULTIPART, FORBIDDEN),
+        ],
+        "api-messages": [
+            (
+                "POST",
+                "messages",
+                {"sessionId": "s-y", "workspaceId": y, "messages": [{"role": "user", "content": "hi"}]},
+                NOT_FOUND,
+            ),
+            (
+                "POST",
+                "messages",
+                {"sessionId": "s-m", "userId": "ben", "messages": [{"role": "user", "content": "I am ben"}]},
+                NOT_FOUND,
+            ),
+            ("GET", "messages", {"sessionId": "s-y", "workspaceId": y}, NOT_FOUND),
+            ("GET", "messages", {"sessionId": "s-y", "workspaceId": ys}, NOT_FOUND),
+        ],
+        "api-messages-search": [
+            ("POST", "messages/search", {"queryText": "Postgres", "workspaceId": y}, NOT_FOUND),
+            ("POST", "messages/search", {"queryText": "香菜", "userId": "ben"}, NOT_FOUND),
+        ],
+        "api-memory-search": [
+            ("POST", "memory/search", {"queryText": "Postgres", "workspaceId": y}, NOT_FOUND),
+            ("POST", "memory/search", {"all": True, "userId": "ben"}, NOT_FOUND),
+        ],
+        "api-node": [
+            ("GET", f"memory/nodes/{y_card['nodeId']}", {}, NOT_FOUND),
+            ("GET", f"memory/nodes/{ben_card['nodeId']}", {}, NOT_FOUND),
+        ],
+        "api-node-history": [
+            ("GET", f"memory/nodes/{y_card['nodeId']}/history", {}, NOT_FOUND),
+            ("GET", f"memory/nodes/{ben_card['nodeId']}/history", {}, NOT_FOUND),
+        ],
+        "api-memory-get": [
+            ("POST", "memory/get", {"kind": "hard_constraint", "workspaceId": y}, NOT_FOUND),
+            ("POST", "memory/get", {"kind": "food_avoidance", "userId": "ben"}, NOT_FOUND),
+        ],
         "api-memory-write": [
-            ("POST", "memory/write", {"operations": [_constraint("mysql", workspaceId=y)],
-                                      "explicitUserIntent": True}, NOT_FOUND),
-            ("POST", "memory/write", {"operations": [_avoidance("葱", scope="user", userId="ben")],
-                                      "explicitUserIntent": True}, NOT_FOUND),
-            ("POST", "memory/write", {"operations": [{"operation": "update", "targetId": y_card["nodeId"],
-                                                      "expectedRevision": 1, "reason": "r", "node": hijack}],
-                                      "explicitUserIntent": True}, NOT_FOUND),
-            ("POST", "memory/write", {"operations": [{"operation": "expire", "targetId": ben_card["nodeId"],
-                                                      "expectedRevision": 1, "reason": "r", "node": {}}],
-                                      "explicitUserIntent": True}, NOT_FOUND)],
-        "api-memory-forget": [("POST", "memory/forget", {"id": y_card["nodeId"], "expectedRevision": 1, **forget},
-                               NOT_FOUND),
-                              ("POST", "memory/forget", {"id": ben_card["nodeId"], "expectedRevision": 1, **forget},
-                               NOT_FOUND),
-                              ("POST", "memory/forget", {"kind": "hard_constraint", "workspaceId": y, "all": True,
-                                                         **forget}, NOT_FOUND),
-                              ("POST", "memory/forget", {"kind": "food_avoidance", "userId": "ben", "all": True,
-                                                         **forget}, NOT_FOUND)],
-        "api-context": [("POST", "context", {"sessionId": "s-y", "workspaceId": y, "queryText": "数据库"}, NOT_FOUND),
-                        ("POST", "context", {"sessionId": "s-m", "userId": "ben", "queryText": "吃什么"}, NOT_FOUND)],
-        "api-summaries": [("POST", "summaries", {"sessionId": "s-y", "workspaceId": y, "fromMessageId": "y1",
-                                                 "toMessageId": "y1", "summary": "x"}, NOT_FOUND)],
-        "api-summaries-latest": [("GET", "summaries/latest", {"sessionId": "s-y", "workspaceId": y}, NOT_FOUND)],
-        "api-extract": [("POST", "extract", {"sessionId": "s-y", "workspaceId": y}, NOT_FOUND),
-                        ("POST", "extract", {"sessionId": "s-m", "userId": "ben"}, NOT_FOUND)],
+            (
+                "POST",
+                "memory/write",
+                {"operations": [_constraint("mysql", workspaceId=y)], "explicitUserIntent": True},
+                NOT_FOUND,
+            ),
+            (
+                "POST",
+                "memory/write",
+                {"operations": [_avoidance("葱", scope="user", userId="ben")], "explicitUserIntent": True},
+                NOT_FOUND,
+            ),
+            (
+                "POST",
+                "memory/write",
+                {
+                    "operations": [
+                        {
+                            "operation": "update",
+                            "targetId": y_card["nodeId"],
+                            "expectedRevision": 1,
+                            "reason": "r",
+                            "node": hijack,
+                        }
+                    ],
+                    "explicitUserIntent": True,
+                },
+                NOT_FOUND,
+            ),
+            (
+                "POST",
+                "memory/write",
+                {
+                    "operations": [
+                        {
+                            "operation": "expire",
+                            "targetId": ben_card["nodeId"],
+                            "expectedRevision": 1,
+                            "reason": "r",
+                            "node": {},
+                        }
+                    ],
+                    "explicitUserIntent": True,
+                },
+                NOT_FOUND,
+            ),
+        ],
+        "api-memory-forget": [
+            ("POST", "memory/forget", {"id": y_card["nodeId"], "expectedRevision": 1, **forget}, NOT_FOUND),
+            ("POST", "memory/forget", {"id": ben_card["nodeId"], "expectedRevision": 1, **forget}, NOT_FOUND),
+            (
+                "POST",
+                "memory/forget",
+                {"kind": "hard_constraint", "workspaceId": y, "all": True, **forget},
+                NOT_FOUND,
+            ),
+            (
+                "POST",
+                "memory/forget",
+                {"kind": "food_avoidance", "userId": "ben", "all": True, **forget},
+                NOT_FOUND,
+            ),
+        ],
+        "api-context": [
+            ("POST", "context", {"sessionId": "s-y", "workspaceId": y, "queryText": "数据库"}, NOT_FOUND),
+            ("POST", "context", {"sessionId": "s-m", "userId": "ben", "queryText": "吃什么"}, NOT_FOUND),
+        ],
+        "api-summaries": [
+            (
+                "POST",
+                "summaries",
+                {
+                    "sessionId": "s-y",
+                    "workspaceId": y,
+                    "fromMessageId": "y1",
+                    "toMessageId": "y1",
+                    "summary": "x",
+                },
+                NOT_FOUND,
+            )
+        ],
+        "api-summaries-latest": [
+            ("GET", "summaries/latest", {"sessionId": "s-y", "workspaceId": y}, NOT_FOUND)
+        ],
+        "api-extract": [
+            ("POST", "extract", {"sessionId": "s-y", "workspaceId": y}, NOT_FOUND),
+            ("POST", "extract", {"sessionId": "s-m", "userId": "ben"}, NOT_FOUND),
+        ],
         "api-extract-status": [("GET", f"extract/{office['y_run']}", {}, NOT_FOUND)],
     }
 
@@ -203,23 +333,51 @@ def test_a_member_lists_only_the_workspaces_they_belong_to(office):
 
 def test_a_member_works_in_their_own_workspace_and_for_themselves(office):
     mia, x = api_for_person("mia", PASSWORD), office["x"].slug
-    mia.post("messages", {"sessionId": "s-m", "workspaceId": x, "userId": "mia", "messages": [
-        {"id": "m1", "role": "user", "content": "记住：X 项目只用 Python 3.11，我不吃葱"}]}, expect=201)
-    assert [m["id"] for m in mia.get("messages", {"sessionId": "s-m", "workspaceId": x})["messages"]] == ["m1"]
-    written = _write(mia, _constraint("python311", workspaceId=x), _avoidance("葱", scope="user", userId="mia"))
+    mia.post(
+        "messages",
+        {
+            "sessionId": "s-m",
+            "workspaceId": x,
+            "userId": "mia",
+            "messages": [{"id": "m1", "role": "user", "content": "记住：X 项目只用 Python 3.11，我不吃葱"}],
+        },
+        expect=201,
+    )
+    assert [m["id"] for m in mia.get("messages", {"sessionId": "s-m", "workspaceId": x})["messages"]] == [
+        "m1"
+    ]
+    written = _write(
+        mia, _constraint("python311", workspaceId=x), _avoidance("葱", scope="user", userId="mia")
+    )
     assert [r["action"] for r in written] == ["created", "created"]
     found = mia.post("memory/search", {"all": True, "workspaceId": x})
     titles = {n["title"] for n in found["exact"]}
-    assert {"约束 python311", "不吃葱"} <= titles and "约束 postgres" not in titles and "不吃香菜" not in titles
+    assert (
+        {"约束 python311", "不吃葱"} <= titles and "约束 postgres" not in titles and "不吃香菜" not in titles
+    )
     got = mia.post("memory/get", {"kind": "hard_constraint", "workspaceId": x})["node"]
     assert got["id"] == written[0]["nodeId"]
     assert mia.post("context", {"sessionId": "s-m", "workspaceId": x, "queryText": "用什么"})["prompt"]
-    mia.post("summaries", {"sessionId": "s-m", "workspaceId": x, "fromMessageId": "m1", "toMessageId": "m1",
-                           "summary": "X 用 Python"}, expect=201)
-    assert mia.get("summaries/latest", {"sessionId": "s-m", "workspaceId": x})["summary"]["summary"] == "X 用 Python"
+    mia.post(
+        "summaries",
+        {
+            "sessionId": "s-m",
+            "workspaceId": x,
+            "fromMessageId": "m1",
+            "toMessageId": "m1",
+            "summary": "X 用 Python",
+        },
+        expect=201,
+    )
+    assert (
+        mia.get("summaries/latest", {"sessionId": "s-m", "workspaceId": x})["summary"]["summary"]
+        == "X 用 Python"
+    )
     mia.post("extract", {"sessionId": "s-m", "workspaceId": x}, expect=202)
-    forgotten = mia.post("memory/forget", {"id": written[1]["nodeId"], "expectedRevision": 1, "reason": "r",
-                                           "explicitUserIntent": True})
+    forgotten = mia.post(
+        "memory/forget",
+        {"id": written[1]["nodeId"], "expectedRevision": 1, "reason": "r", "explicitUserIntent": True},
+    )
     assert forgotten["deletedIds"] == [written[1]["nodeId"]]
 
 
@@ -239,11 +397,18 @@ def test_a_key_selector_naming_a_workspace_never_matches_another(office):
     agent, x, y = office["agent"], office["x"].slug, office["y"].slug
     x_card = _write(agent, _constraint("postgres", workspaceId=x))[0]
     agent.post("memory/get", {"kind": "hard_constraint"}, expect=409, code="requires_confirmation")
-    assert agent.post("memory/get", {"kind": "hard_constraint", "workspaceId": x})["node"]["id"] == x_card["nodeId"]
-    assert agent.post("memory/get", {"key": "hard_constraint:postgres", "workspaceId": y})["node"]["id"] == (
-        office["y_card"]["nodeId"])
-    forgotten = agent.post("memory/forget", {"kind": "hard_constraint", "workspaceId": x, "all": True,
-                                             "reason": "r", "explicitUserIntent": True})
+    assert (
+        agent.post("memory/get", {"kind": "hard_constraint", "workspaceId": x})["node"]["id"]
+        == x_card["nodeId"]
+    )
+    assert (
+        agent.post("memory/get", {"key": "hard_constraint:postgres", "workspaceId": y})["node"]["id"]
+        == (office["y_card"]["nodeId"])
+    )
+    forgotten = agent.post(
+        "memory/forget",
+        {"kind": "hard_constraint", "workspaceId": x, "all": True, "reason": "r", "explicitUserIntent": True},
+    )
     assert forgotten["deletedIds"] == [x_card["nodeId"]]
     assert agent.get(f"memory/nodes/{office['y_card']['nodeId']}")["status"] == "active"
 
@@ -252,8 +417,19 @@ def test_a_member_selector_naming_their_workspace_never_matches_default(office):
     mia, x = api_for_person("mia", PASSWORD), office["x"].slug
     in_default = _write(mia, _constraint("redis"))[0]
     in_x = _write(mia, _constraint("redis", workspaceId=x))[0]
-    assert mia.post("memory/get", {"key": "hard_constraint:redis", "workspaceId": x})["node"]["id"] == in_x["nodeId"]
-    forgotten = mia.post("memory/forget", {"key": "hard_constraint:redis", "workspaceId": "default",
-                                           "reason": "r", "explicitUserIntent": True, "mode": "hard"})
+    assert (
+        mia.post("memory/get", {"key": "hard_constraint:redis", "workspaceId": x})["node"]["id"]
+        == in_x["nodeId"]
+    )
+    forgotten = mia.post(
+        "memory/forget",
+        {
+            "key": "hard_constraint:redis",
+            "workspaceId": "default",
+            "reason": "r",
+            "explicitUserIntent": True,
+            "mode": "hard",
+        },
+    )
     assert forgotten["deletedIds"] == [in_default["nodeId"]]
     assert mia.get(f"memory/nodes/{in_x['nodeId']}")["status"] == "active"

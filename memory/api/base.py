@@ -56,7 +56,8 @@ class MemoryApiView(APIView):
     def viewer(self, *, workspace_ref: str | int | None = None, session_id: str | None = None,
                user_ref: str | None = None) -> Viewer:
         """Return the Viewer for the workspace, session and user a request names (404 outside the rule)."""
-        return viewer_for(self.principal, workspace_ref=workspace_ref, session_id=session_id, user_ref=user_ref)
+        return viewer_for(self.principal, workspace_ref=workspace_ref, session_id=session_id,
+                          user_ref=user_ref)
 
     def nodes_json(self, nodes: list[MemoryNode]) -> list[dict]:
         """Render cards with their successor ids in one extra query."""

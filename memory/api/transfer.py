@@ -51,13 +51,13 @@ class WorkspaceExportApi(MemoryApiView):
         "Download the workspace as an Ekko local-format SQLite file. It holds everyone's cards of the "
         "workspace, so a browser session needs the owner or admin role (403 otherwise); a workspace the "
         "person does not belong to answers 404. API keys export (a pinned key only its workspace)."),
-        responses={
-            (200, "application/vnd.sqlite3"): OpenApiResponse(OpenApiTypes.BINARY, description="The SQLite file"),
-            **ERRORS})
+        responses={(200, "application/vnd.sqlite3"): OpenApiResponse(OpenApiTypes.BINARY,
+                                                                       description="The SQLite file"),
+                   **ERRORS})
     def get(self, request: Request, workspace_id: str) -> FileResponse:
         viewer = self.viewer(workspace_ref=workspace_id)
         if not may_export(self.principal):
-            raise Forbidden("Exporting a workspace needs the owner or admin role: the file holds everyone's cards.")
+            raise Forbidden("Exporting a workspace needs the owner or admin role: the file holds everyone's.")
         return sqlite_download(viewer)
 
 
@@ -69,9 +69,9 @@ class WorkspaceImportApi(MemoryApiView):
         return settings.EKKO_MAX_IMPORT_BYTES
 
     @extend_schema(operation_id="workspace_import", request={"multipart/form-data": ImportUploadSerializer},
-                   description=("Import an Ekko local-format SQLite file into the workspace. Needs a writable API "
-                                "key or, for a browser session, the owner or admin role (403 otherwise); a "
-                                "workspace the caller may not reach answers 404."),
+                   description=("Import an Ekko local-format SQLite file into the workspace. Needs a "
+                                "writable API key or, for a browser session, the owner or admin role (403 "
+                                "otherwise); a workspace the caller may not reach answers 404."),
                    responses={200: ImportReportSerializer, **ERRORS})
     def post(self, request: Request, workspace_id: str) -> Response:
         principal = self.principal

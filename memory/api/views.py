@@ -64,7 +64,7 @@ class WorkspacesApi(MemoryApiView):
     def post(self, request: Request) -> Response:
         data = _parse(s.WorkspaceCreateSerializer, request.data)
         if not may_create_workspace(self.principal):
-            raise Forbidden("Creating a workspace needs a writable, unpinned API key or the owner or admin role.")
+            raise Forbidden("Creating a workspace needs a writable unpinned key, or the owner or admin role.")
         workspace = workspace_create(tenant=self.principal.tenant, name=data["name"])
         return Response(_workspace_json(workspace), status=201)
 
@@ -141,19 +141,19 @@ class NodeHistoryApi(MemoryApiView):
 
 
 def _selector(data: dict[str, Any], viewer: Viewer) -> NodeSelector:
-    """Return the selector of a get/forget body; a named `workspaceId` narrows it to that workspace's cards."""
+    """Return the selector of a get/forget body; a `workspaceId` narrows it to that workspace's cards."""
     named_workspace = data.get("workspace_id") not in (None, "")
     return NodeSelector(
         type=data.get("type"), kind=data.get("kind"), key=data.get("key"), value_json=data.get("value_json"),
-        value_json_given=data.get("value_json_given", False), scope=data.get("scope"), domain=data.get("domain"),
-        category_path_prefix=tuple(data.get("category_path_prefix") or ()),
+        value_json_given=data.get("value_json_given", False), scope=data.get("scope"),
+        domain=data.get("domain"), category_path_prefix=tuple(data.get("category_path_prefix") or ()),
         workspace_id=viewer.workspace.pk if named_workspace else None,
     )
 
 
 class MemoryGetApi(MemoryApiView):
-    @extend_schema(operation_id="memory_get", description=REACH + SELECTOR_WORKSPACE, request=s.MemoryGetSerializer,
-                   responses={200: s.NodeEnvelopeSerializer, **ERRORS})
+    @extend_schema(operation_id="memory_get", description=REACH + SELECTOR_WORKSPACE,
+                   request=s.MemoryGetSerializer, responses={200: s.NodeEnvelopeSerializer, **ERRORS})
     def post(self, request: Request) -> Response:
         data = _parse(s.MemoryGetSerializer, request.data)
         viewer = self.viewer(workspace_ref=data.get("workspace_id"), user_ref=data.get("user_id"))
@@ -183,7 +183,8 @@ class MemoryWriteApi(MemoryApiView):
 
 
 class MemoryForgetApi(MemoryApiView):
-    @extend_schema(operation_id="memory_forget", description=REACH + SELECTOR_WORKSPACE, request=s.MemoryForgetSerializer,
+    @extend_schema(operation_id="memory_forget", description=REACH + SELECTOR_WORKSPACE,
+                   request=s.MemoryForgetSerializer,
                    responses={200: s.MemoryForgetResultSerializer, **ERRORS})
     def post(self, request: Request) -> Response:
         data = _parse(s.MemoryForgetSerializer, request.data)
@@ -260,7 +261,8 @@ class SummariesApi(MemoryApiView):
 
 
 class SummaryLatestApi(MemoryApiView):
-    @extend_schema(operation_id="summaries_latest", description=REACH, parameters=[s.SummaryLatestQuerySerializer],
+    @extend_schema(operation_id="summaries_latest", description=REACH,
+                   parameters=[s.SummaryLatestQuerySerializer],
                    responses={200: s.SummaryEnvelopeSerializer, **ERRORS})
     def get(self, request: Request) -> Response:
         data = _parse(s.SummaryLatestQuerySerializer, request.query_params)

@@ -93,7 +93,9 @@ def page_access(request: HttpRequest) -> PageAccess | None:
     # A workspace left in the session that the person no longer reaches falls back to `default`.
     reachable = wanted in {w.pk for w in workspaces}
     # Admins see the whole tenant (memory.visibility); search follows the same rule.
-    viewer = viewer_for(principal, workspace_ref=wanted if reachable else None, whole_tenant=principal.is_admin)
+    viewer = viewer_for(
+        principal, workspace_ref=wanted if reachable else None, whole_tenant=principal.is_admin
+    )
     return PageAccess(principal=principal, viewer=viewer, memberships=memberships, workspaces=workspaces)
 
 

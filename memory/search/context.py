@@ -31,7 +31,15 @@ from django.db import DatabaseError
 from django.db.models import Case, F, IntegerField, Q, Value, When
 from django.utils import timezone
 
-from memory.models import HEAVY_FIELDS, Channel, MemoryMessage, MemoryNode, MemorySummary, NodeStatus, NodeType
+from memory.models import (
+    HEAVY_FIELDS,
+    Channel,
+    MemoryMessage,
+    MemoryNode,
+    MemorySummary,
+    NodeStatus,
+    NodeType,
+)
 from memory.rules.kinds import ALWAYS_RECALLED_KINDS
 from memory.rules.text import count_tokens, query_terms, truncate_to_tokens
 from memory.search.embeddings import embed_query

@@ -88,5 +88,3 @@ def api_key_revoke_view(request: HttpRequest, access: PageAccess, key_id: int) -
         )
     messages.success(request, notice)
     return redirect("apikey-list")
-
-

@@ -63,8 +63,6 @@ def card_of(access: PageAccess, node: MemoryNode) -> dict[str, Any]:
     }
 
 
-
-
 def refuse(request: HttpRequest, access: PageAccess, *, status: int = 403) -> HttpResponse:
     """Answer with the page that says this person may not do that (403), or that it is not theirs (404)."""
     return render(request, "pages/forbidden.html", {"access": access}, status=status)

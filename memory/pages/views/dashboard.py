@@ -55,5 +55,3 @@ def dashboard_view(request: HttpRequest, access: PageAccess) -> HttpResponse:
     if wants_fragment(request):
         return render(request, "pages/dashboard.html#overview", context)
     return render(request, "pages/dashboard.html", context)
-
-

@@ -305,5 +305,3 @@ def memory_restore(request: HttpRequest, access: PageAccess, node_id: UUID) -> H
             request, "pages/memory_detail.html", _detail_context(access, node, **error), status=status
         )
     return redirect("memory-detail", node_id=node.pk)
-
-

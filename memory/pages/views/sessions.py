@@ -44,5 +44,3 @@ def session_detail(request: HttpRequest, access: PageAccess, session_id: str) ->
         ],
     }
     return render(request, "pages/session_detail.html", context)
-
-

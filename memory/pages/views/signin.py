@@ -38,5 +38,3 @@ def logout_view(request: HttpRequest) -> HttpResponse:
     auth_logout(request)
     messages.info(request, _("You are signed out."))
     return redirect("login")
-
-

@@ -79,7 +79,7 @@ def workspace_view(request: HttpRequest, access: PageAccess) -> HttpResponse:
 @require_GET
 @tenant_page
 def workspace_export(request: HttpRequest, access: PageAccess) -> HttpResponse:
-    """Download the current workspace as an Ekko local-format file (owners and admins: it holds everyone's)."""
+    """Download the current workspace as an Ekko local-format file (owners and admins: it holds all)."""
     if not access.can_export:
         return refuse(request, access)
     return sqlite_download(access.viewer)
@@ -133,4 +133,3 @@ def workspace_import(request: HttpRequest, access: PageAccess) -> HttpResponse:
     )
     response = render(request, template, context)
     return changed(response) if fragment else response
-
