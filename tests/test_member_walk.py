@@ -41,31 +41,17 @@ def _join(tenant: Tenant, workspace: Workspace, user: Any) -> None:
         WorkspaceMember.objects.create(tenant=tenant, workspace=workspace, user=user)
 
 
-def _card(**node: Any) -> dict:
+def _card(kind: str, item: str, title: str, **node: Any) -> dict:
+    node = {"kind": kind, "itemKey": item, "valueJson": item, "title": title, "content": title, **node}
     return {"operation": "create", "reason": "the user asked", "node": node}
 
 
 def _avoidance(item: str, **node: Any) -> dict:
-    return _card(
-        kind="food_avoidance",
-        itemKey=item,
-        valueJson=item,
-        title=f"不吃{item}",
-        content=f"不吃{item}",
-        **node,
-    )
+    return _card("food_avoidance", item, f"不吃{item}", **node)
 
 
 def _constraint(item: str, **node: Any) -> dict:
-    return _card(
-        kind="hard_constraint",
-        itemKey=item,
-        valueJson=item,
-        title=f"约束 {item}",
-        content=f"约束 {item}",
-        scope="workspace",
-        **node,
-    )
+    return _card("hard_constraint", item, f"约束 {item}", scope="workspace", **node)
 
 
 def _write(api: Api, *operations: dict, **kwargs: Any) -> list[dict]:
