@@ -9,7 +9,9 @@ resolves a `Principal` once — tenant, actor, write rights, pin, role — and t
 - A person (browser session on the JSON API or the pages) reaches only the workspaces they
   belong to (everyone belongs to `default`) and acts only for themselves, unless their role is
   owner or admin. Any other workspace or person they name answers 404 `not_found` with the
-  same words as an id that does not exist, so membership and usernames do not leak.
+  same words as an id that does not exist, so membership and usernames do not leak. Of a
+  workspace's conversations they read and continue only their own (memory.selectors'
+  `visible_messages`, `session_check`); another person's session answers 404 too.
 - A workspace export holds other people's cards: persons need owner/admin (`may_export`);
   API keys export (pinned keys only their workspace). Imports need owner/admin or a writable key.
 
@@ -34,6 +36,7 @@ from django.db.models import Q
 from django.http import FileResponse
 
 from memory.errors import NotFound
+from memory.selectors import session_check
 from memory.transfer.sqlite_io import workspace_export_sqlite
 from memory.visibility import Viewer
 from tenants.context import all_tenants_context, tenant_context
@@ -166,6 +169,7 @@ def viewer_for(
         member_workspace_ids=member_ids,
     )
     viewer.refuse_workspace(workspace, ref=workspace_ref)
+    session_check(viewer, viewer.session_id)
     if user_ref:
         user = person_named(viewer, user_ref)
         if user is not viewer.user:

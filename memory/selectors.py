@@ -176,13 +176,41 @@ def node_select(*, viewer: Viewer, selector: NodeSelector) -> MemoryNode | None:
     return matches[0] if matches else None
 
 
+def visible_messages(viewer: Viewer) -> QuerySet[MemoryMessage]:
+    """Return the evidence messages `viewer` may read; call inside the viewer's tenant context.
+
+    The messages of the viewer's workspace; a person without owner/admin reads only the
+    conversations they took part in, not their colleagues' (the pages' rule, memory.access).
+    """
+    messages = MemoryMessage.objects.filter(tenant=viewer.tenant, workspace=viewer.workspace)
+    if viewer.restrict_to_person:
+        mine = messages.filter(user=viewer.user).values("session_id")
+        messages = messages.filter(session_id__in=mine)
+    return messages
+
+
+def session_check(viewer: Viewer, session_id: str | None) -> None:
+    """Raise NotFound when a person without owner/admin names another person's conversation.
+
+    A session is theirs when it has no messages yet or one of its messages is theirs; anyone
+    else's answers like a session that does not exist.
+    """
+    if not viewer.restrict_to_person or not session_id:
+        return
+    with tenant_context(viewer.tenant):
+        messages = MemoryMessage.objects.filter(tenant=viewer.tenant, workspace=viewer.workspace,
+                                                session_id=session_id)
+        if messages.filter(user=viewer.user).exists() or not messages.exists():
+            return
+    raise NotFound(f"No session {session_id!r}.")
+
+
 def messages_list(*, viewer: Viewer, session_id: str, limit: int = 50,
                   include_subagent: bool = True) -> list[MemoryMessage]:
-    """Return the newest `limit` messages of a session, oldest first."""
+    """Return the newest `limit` messages of a session the viewer may read, oldest first."""
     with tenant_context(viewer.tenant):
-        queryset = MemoryMessage.objects.filter(
-            tenant=viewer.tenant, workspace=viewer.workspace, session_id=session_id
-        ).select_related("user").defer(*HEAVY_FIELDS)
+        queryset = visible_messages(viewer).filter(session_id=session_id).select_related("user").defer(
+            *HEAVY_FIELDS)
         if not include_subagent:
             queryset = queryset.filter(channel="main")
         newest = list(queryset.order_by("-created_at", "-id")[:limit])

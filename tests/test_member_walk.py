@@ -62,7 +62,8 @@ def _write(api: Api, *operations: dict, **kwargs: Any) -> list[dict]:
 
 @pytest.fixture
 def office(client, tenant_a):  # noqa: ANN001
-    """Tenant A: workspaces X and Y; mia (member) is in X only, ben (member) in Y; an agent key fills Y."""
+    """Tenant A: workspaces X and Y; mia (member) is in X only, ben (member) in Y; an agent key fills Y
+    and ben's conversation `s-ben` in `default`, the workspace everyone belongs to."""
     x = workspace_create(tenant=tenant_a, name="Project X")
     y = workspace_create(tenant=tenant_a, name="Project Y")
     mia, ben = _person(tenant_a, "mia", Role.MEMBER), _person(tenant_a, "ben", Role.MEMBER)
@@ -76,6 +77,15 @@ def office(client, tenant_a):  # noqa: ANN001
             "workspaceId": y.slug,
             "userId": "ben",
             "messages": [{"id": "y1", "role": "user", "content": "记住：Y 项目只用 Postgres"}],
+        },
+        expect=201,
+    )
+    agent.post(
+        "messages",
+        {
+            "sessionId": "s-ben",
+            "userId": "ben",
+            "messages": [{"id": "b1", "role": "user", "content": "我家住在杭州"}],
         },
         expect=201,
     )
@@ -160,14 +170,23 @@ def _member_requests(office: dict) -> dict[str, list[tuple[str, str, dict, tuple
             ),
             ("GET", "messages", {"sessionId": "s-y", "workspaceId": y}, NOT_FOUND),
             ("GET", "messages", {"sessionId": "s-y", "workspaceId": ys}, NOT_FOUND),
+            ("GET", "messages", {"sessionId": "s-ben"}, NOT_FOUND),
+            (
+                "POST",
+                "messages",
+                {"sessionId": "s-ben", "messages": [{"role": "user", "content": "hi"}]},
+                NOT_FOUND,
+            ),
         ],
         "api-messages-search": [
             ("POST", "messages/search", {"queryText": "Postgres", "workspaceId": y}, NOT_FOUND),
             ("POST", "messages/search", {"queryText": "香菜", "userId": "ben"}, NOT_FOUND),
+            ("POST", "messages/search", {"queryText": "杭州", "sessionId": "s-ben"}, NOT_FOUND),
         ],
         "api-memory-search": [
             ("POST", "memory/search", {"queryText": "Postgres", "workspaceId": y}, NOT_FOUND),
             ("POST", "memory/search", {"all": True, "userId": "ben"}, NOT_FOUND),
+            ("POST", "memory/search", {"all": True, "sessionId": "s-ben"}, NOT_FOUND),
         ],
         "api-node": [
             ("GET", f"memory/nodes/{y_card['nodeId']}", {}, NOT_FOUND),
@@ -248,6 +267,7 @@ def _member_requests(office: dict) -> dict[str, list[tuple[str, str, dict, tuple
         "api-context": [
             ("POST", "context", {"sessionId": "s-y", "workspaceId": y, "queryText": "数据库"}, NOT_FOUND),
             ("POST", "context", {"sessionId": "s-m", "userId": "ben", "queryText": "吃什么"}, NOT_FOUND),
+            ("POST", "context", {"sessionId": "s-ben", "queryText": "住在哪"}, NOT_FOUND),
         ],
         "api-summaries": [
             (
@@ -261,14 +281,22 @@ def _member_requests(office: dict) -> dict[str, list[tuple[str, str, dict, tuple
                     "summary": "x",
                 },
                 NOT_FOUND,
-            )
+            ),
+            (
+                "POST",
+                "summaries",
+                {"sessionId": "s-ben", "fromMessageId": "b1", "toMessageId": "b1", "summary": "x"},
+                NOT_FOUND,
+            ),
         ],
         "api-summaries-latest": [
-            ("GET", "summaries/latest", {"sessionId": "s-y", "workspaceId": y}, NOT_FOUND)
+            ("GET", "summaries/latest", {"sessionId": "s-y", "workspaceId": y}, NOT_FOUND),
+            ("GET", "summaries/latest", {"sessionId": "s-ben"}, NOT_FOUND),
         ],
         "api-extract": [
             ("POST", "extract", {"sessionId": "s-y", "workspaceId": y}, NOT_FOUND),
             ("POST", "extract", {"sessionId": "s-m", "userId": "ben"}, NOT_FOUND),
+            ("POST", "extract", {"sessionId": "s-ben"}, NOT_FOUND),
         ],
         "api-extract-status": [("GET", f"extract/{office['y_run']}", {}, NOT_FOUND)],
     }
@@ -374,6 +402,25 @@ def test_owners_and_admins_act_for_other_members(office):
     found = alice.post("memory/search", {"all": True, "userId": "ben"})
     assert {"不吃香菜", "不吃蒜"} <= {n["title"] for n in found["exact"]}
     assert alice.get(f"workspaces/{office['y'].slug}/export.sqlite", expect=200) is None
+
+
+def test_a_member_reads_only_their_own_conversations_of_a_shared_workspace(office):
+    mia = api_for_person("mia", PASSWORD)
+    mia.post(
+        "messages",
+        {"sessionId": "s-m", "messages": [{"id": "m1", "role": "user", "content": "杭州下雨了"}]},
+        expect=201,
+    )
+    found = mia.post("messages/search", {"queryText": "杭州"})["messages"]
+    assert [(m["sessionId"], m["id"]) for m in found] == [("s-m", "m1")]
+    # The pages draw the same line: the session list shows her conversation, not ben's.
+    sessions_page = mia.client.get("/sessions/").content.decode()
+    assert "s-m" in sessions_page and "s-ben" not in sessions_page
+    alice = api_for_person("alice", PASSWORD)
+    assert {m["sessionId"] for m in alice.post("messages/search", {"queryText": "杭州"})["messages"]} == {
+        "s-m",
+        "s-ben",
+    }
 
 
 # --------------------------------------------------------------------------- selectors honour workspaceId

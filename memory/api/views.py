@@ -33,8 +33,9 @@ ERRORS = {status: OpenApiResponse(s.ErrorSerializer) for status in (400, 401, 40
 
 # memory.access's rule, as the OpenAPI descriptions of the operations that name a workspace or person say it.
 REACH = ("A browser session without the owner or admin role may name only a `workspaceId` it belongs to "
-         "(everyone belongs to `default`) and only itself as `userId`; any other workspace or person answers "
-         "404 `not_found`, like an unknown id. A key pinned to a workspace gets 403 for any other workspace.")
+         "(everyone belongs to `default`), only itself as `userId` and only a `sessionId` of its own "
+         "conversations; any other workspace, person or session answers 404 `not_found`, like an unknown id. "
+         "A key pinned to a workspace gets 403 for any other workspace.")
 SELECTOR_WORKSPACE = " A `workspaceId` in the selector narrows it to the cards that belong to that workspace."
 
 

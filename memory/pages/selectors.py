@@ -23,7 +23,7 @@ from memory.pages import labels
 from memory.rules.queries import is_list_all_query
 from memory.rules.text import query_terms, tsquery_text
 from memory.search.retrieval import SEARCH_LIMIT_MAX, MemoryQuery, search_nodes
-from memory.selectors import category_q
+from memory.selectors import category_q, visible_messages
 from memory.visibility import Viewer, accessible_nodes_q
 from tenants.models import Scope
 
@@ -363,17 +363,6 @@ def evidence_messages(viewer: Viewer, node: MemoryNode) -> list[MemoryMessage]:
 # --------------------------------------------------------------------------- sessions
 
 
-def _session_messages(viewer: Viewer) -> QuerySet[MemoryMessage]:
-    messages = MemoryMessage.objects.filter(tenant=viewer.tenant, workspace=viewer.workspace)
-    if viewer.restrict_to_person:
-        # Members see their own conversations, not their colleagues'.
-        mine = MemoryMessage.objects.filter(
-            tenant=viewer.tenant, workspace=viewer.workspace, user=viewer.user
-        ).values("session_id")
-        messages = messages.filter(session_id__in=mine)
-    return messages
-
-
 @dataclass(frozen=True)
 class SessionRow:
     session_id: str
@@ -385,7 +374,7 @@ class SessionRow:
 def session_page(viewer: Viewer, *, page: int) -> tuple[list[SessionRow], NodePage]:
     """Return one page of the workspace's sessions the viewer may read, most recent first."""
     grouped = (
-        _session_messages(viewer)
+        visible_messages(viewer)
         .order_by()
         .values("session_id")
         .annotate(n=Count("pk"), first=Min("created_at"), last=Max("created_at"))
@@ -414,7 +403,7 @@ SESSION_MESSAGE_LIMIT = 200
 
 def session_detail(viewer: Viewer, session_id: str) -> SessionDetail | None:
     """Return a session's latest messages, its summary chain and its session memories, or None if hidden."""
-    messages = _session_messages(viewer).filter(session_id=session_id)
+    messages = visible_messages(viewer).filter(session_id=session_id)
     total = messages.count()
     summaries = list(
         MemorySummary.objects.filter(

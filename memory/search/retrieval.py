@@ -58,7 +58,7 @@ from memory.search.ranking import (
     term_weights,
     with_previous_turns,
 )
-from memory.selectors import category_q, key_q, value_json_q
+from memory.selectors import category_q, key_q, value_json_q, visible_messages
 from memory.services.maintenance import node_access_record
 from memory.visibility import Viewer, visible_nodes_q
 from tenants.context import tenant_context
@@ -488,7 +488,7 @@ def search_messages(
     if not plan.runs:
         return [], diagnostics
     with tenant_context(viewer.tenant):
-        base = MemoryMessage.objects.filter(tenant=viewer.tenant, workspace=viewer.workspace)
+        base = visible_messages(viewer)
         if session_id is not None:
             base = base.filter(session_id=session_id)
         if not include_subagent:
