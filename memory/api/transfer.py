@@ -80,7 +80,8 @@ class WorkspaceImportApi(MemoryApiView):
             raise Forbidden("Importing needs a writable API key or a tenant admin.")
         upload = request.FILES.get("file")
         if upload is None:
-            raise Invalid("Send the SQLite file as the multipart field `file`.", errors={"file": ["required"]})
+            raise Invalid("Send the SQLite file as the multipart field `file`.",
+                          errors={"file": ["required"]})
         with tempfile.NamedTemporaryFile(prefix="ekko-import-", suffix=".sqlite") as copy:
             for chunk in upload.chunks():
                 copy.write(chunk)

@@ -114,8 +114,8 @@ class MemorySearchApi(MemoryApiView):
                    responses={200: s.MemorySearchResultSerializer, **ERRORS})
     def post(self, request: Request) -> Response:
         data = _parse(s.MemoryQuerySerializer, request.data)
-        viewer = self.viewer(workspace_ref=data.pop("workspace_id", None), session_id=data.pop("session_id", None),
-                             user_ref=data.pop("user_id", None))
+        viewer = self.viewer(workspace_ref=data.pop("workspace_id", None),
+                             session_id=data.pop("session_id", None), user_ref=data.pop("user_id", None))
         query = retrieval.MemoryQuery(**data)
         result = retrieval.search_nodes(viewer=viewer, query=query)
         return Response({
@@ -177,9 +177,9 @@ class MemoryWriteApi(MemoryApiView):
             source_message_ids=data.get("source_message_ids") or [],
         )
         return Response({"done": True, "results": [{
-            "operation": r.operation, "action": r.action, "nodeId": str(r.node.pk), "revision": r.node.revision,
-            "key": r.node.key, "scope": r.node.scope, "appliedConfidence": r.applied_confidence,
-            "autoDowngraded": r.auto_downgraded, "notes": r.notes,
+            "operation": r.operation, "action": r.action, "nodeId": str(r.node.pk),
+            "revision": r.node.revision, "key": r.node.key, "scope": r.node.scope,
+            "appliedConfidence": r.applied_confidence, "autoDowngraded": r.auto_downgraded, "notes": r.notes,
         } for r in results]})
 
 
