@@ -19,12 +19,13 @@ The decision is carried by the Viewer (`restrict_to_person`, `member_workspace_i
 `pinned_workspace_id`); its predicates `Viewer.refuse_workspace` / `Viewer.refuse_person`
 (memory.visibility) are what the write services call for the workspaces and users named inside
 an operation, so services apply the same rule without importing this edge module.
-This module may import tenants, memory.errors, memory.visibility and memory.transfer (for the
-download); nothing below the edge imports it.
+This module may import tenants, memory.errors, memory.visibility, memory.selectors and
+memory.transfer (for the download); nothing below the edge imports it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -151,10 +152,7 @@ def viewer_for(
             )
     if workspace_ref in (None, "") and principal.pinned_workspace_id is not None:
         workspace_ref = principal.pinned_workspace_id
-    try:
-        workspace = workspace_resolve(tenant=principal.tenant, ref=workspace_ref)
-    except TenantObjectNotFound as exc:
-        raise NotFound(str(exc)) from exc
+    workspace = _workspace(principal.tenant, workspace_ref)
     viewer = Viewer(
         tenant=principal.tenant,
         workspace=workspace,
@@ -177,14 +175,18 @@ def viewer_for(
     return viewer
 
 
+def _workspace(tenant: Tenant, ref: str | int | None) -> Workspace:
+    try:
+        return workspace_resolve(tenant=tenant, ref=ref)
+    except TenantObjectNotFound as exc:
+        raise NotFound(str(exc)) from exc
+
+
 def workspace_named(viewer: Viewer, ref: str | int | None) -> Workspace:
     """Return the workspace an operation names (the viewer's own when empty) if `viewer` may reach it."""
     if ref in (None, ""):
         return viewer.workspace
-    try:
-        workspace = workspace_resolve(tenant=viewer.tenant, ref=ref)
-    except TenantObjectNotFound as exc:
-        raise NotFound(str(exc)) from exc
+    workspace = _workspace(viewer.tenant, ref)
     viewer.refuse_workspace(workspace, ref=ref)
     return workspace
 
@@ -203,11 +205,17 @@ def person_named(viewer: Viewer, username: str | None) -> AbstractBaseUser | Non
 
 
 def operations_check(viewer: Viewer, operations: Iterable[Mapping[str, Any]]) -> None:
-    """Refuse a write batch naming a workspace or person outside the rule, before the services run it."""
+    """Refuse a write batch naming a workspace, person or session outside the rule, before it runs."""
     for operation in operations:
         node = operation.get("node") or {}
-        workspace_named(viewer, node.get("workspace_id"))
+        workspace = workspace_named(viewer, node.get("workspace_id"))
         person_named(viewer, node.get("user_id"))
+        there = (
+            viewer
+            if workspace.pk == viewer.workspace.pk
+            else dataclasses.replace(viewer, workspace=workspace)
+        )
+        session_check(there, node.get("session_id"))
 
 
 def may_create_workspace(principal: Principal) -> bool:

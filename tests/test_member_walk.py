@@ -204,6 +204,15 @@ def _member_requests(office: dict) -> dict[str, list[tuple[str, str, dict, tuple
             (
                 "POST",
                 "memory/write",
+                {
+                    "operations": [_card("temporary_state", "busy", "忙", scope="session", sessionId="s-ben")],
+                    "explicitUserIntent": True,
+                },
+                NOT_FOUND,
+            ),
+            (
+                "POST",
+                "memory/write",
                 {"operations": [_constraint("mysql", workspaceId=y)], "explicitUserIntent": True},
                 NOT_FOUND,
             ),
