@@ -13,9 +13,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from memory.errors import NotFound
 from memory.pages import forms, labels
 from memory.pages.access import PageAccess, tenant_page, wants_fragment
-from memory.pages.views.common import (
-    refuse,
-)
+from memory.pages.views.common import refuse
 from tenants.models import ApiKey
 from tenants.services import ApiKeyError, api_key_create, api_key_revoke
 

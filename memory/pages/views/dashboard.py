@@ -11,10 +11,7 @@ from memory.access import SESSION_TENANT_KEY
 from memory.pages import forms
 from memory.pages import selectors as pages
 from memory.pages.access import SESSION_WORKSPACE_KEY, PageAccess, tenant_page, wants_fragment
-from memory.pages.views.common import (
-    refuse,
-    safe_next,
-)
+from memory.pages.views.common import refuse, safe_next
 
 # --------------------------------------------------------------------------- switchers
 

@@ -24,13 +24,7 @@ from memory.models import MemoryNode, NodeStatus
 from memory.pages import forms, labels
 from memory.pages import selectors as pages
 from memory.pages.access import PageAccess, tenant_page, wants_fragment
-from memory.pages.views.common import (
-    card_of,
-    changed,
-    page_number,
-    refuse,
-    service_error_text,
-)
+from memory.pages.views.common import card_of, changed, page_number, refuse, service_error_text
 from memory.services import ForgetRequest, node_forget, node_restore, node_write_batch
 
 # --------------------------------------------------------------------------- memory list

@@ -10,10 +10,7 @@ from memory.errors import NotFound
 from memory.pages import labels
 from memory.pages import selectors as pages
 from memory.pages.access import PageAccess, tenant_page, wants_fragment
-from memory.pages.views.common import (
-    card_of,
-    page_number,
-)
+from memory.pages.views.common import card_of, page_number
 
 # --------------------------------------------------------------------------- sessions
 

@@ -12,9 +12,7 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods, require_POST
 
-from memory.pages.views.common import (
-    safe_next,
-)
+from memory.pages.views.common import safe_next
 
 # --------------------------------------------------------------------------- sign in / out
 

@@ -18,10 +18,7 @@ from memory.access import sqlite_download
 from memory.models import MemoryMessage, MemoryNode, MemorySummary
 from memory.pages import forms, labels
 from memory.pages.access import PageAccess, tenant_page, wants_fragment
-from memory.pages.views.common import (
-    changed,
-    refuse,
-)
+from memory.pages.views.common import changed, refuse
 from memory.transfer.sqlite_io import ImportError_, ImportReport, workspace_import_sqlite
 
 # --------------------------------------------------------------------------- workspace export / import
