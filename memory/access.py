@@ -41,7 +41,16 @@ from memory.selectors import session_check
 from memory.transfer.sqlite_io import workspace_export_sqlite
 from memory.visibility import Viewer
 from tenants.context import all_tenants_context, tenant_context
-from tenants.models import AGENT_WRITABLE_SCOPES, ApiKey, Membership, Role, Scope, Tenant, Workspace, WorkspaceMember
+from tenants.models import (
+    AGENT_WRITABLE_SCOPES,
+    ApiKey,
+    Membership,
+    Role,
+    Scope,
+    Tenant,
+    Workspace,
+    WorkspaceMember,
+)
 from tenants.selectors import TenantObjectNotFound, member_resolve, workspace_resolve
 
 SESSION_TENANT_KEY = "ekko_tenant_id"

@@ -25,13 +25,9 @@ from tenants.models import Role, Tenant, Workspace, WorkspaceMember
 from tenants.services import membership_set, workspace_create
 from tests.api_client import Api, api_for, api_for_person
 
-PASSWORD = "pw-for-tests-1"
-
 
 def _person(tenant: Tenant, username: str, role: str) -> Any:
     user, _ = get_user_model().objects.get_or_create(username=username)
-    user.set_password(PASSWORD)
-    user.save()
     membership_set(tenant=tenant, user=user, role=role)
     return user
 
@@ -205,7 +201,9 @@ def _member_requests(office: dict) -> dict[str, list[tuple[str, str, dict, tuple
                 "POST",
                 "memory/write",
                 {
-                    "operations": [_card("temporary_state", "busy", "忙", scope="session", sessionId="s-ben")],
+                    "operations": [
+                        _card("temporary_state", "busy", "忙", scope="session", sessionId="s-ben")
+                    ],
                     "explicitUserIntent": True,
                 },
                 NOT_FOUND,
@@ -328,14 +326,14 @@ def test_every_api_route_has_a_member_case(office):
 @pytest.mark.parametrize("route", sorted(set(_api_route_names()) - set(NO_REACH)))
 def test_every_route_refuses_a_member_outside_their_reach(office, route):
     before = _state(office)
-    mia = api_for_person("mia", PASSWORD)
+    mia = api_for_person("mia")
     for method, path, body, (status, code) in _member_requests(office)[route]:
         mia.call(method, path, body, expect=status, code=code, multipart=body is MULTIPART)
     assert _state(office) == before
 
 
 def test_an_unknown_workspace_and_one_the_member_does_not_belong_to_answer_alike(office):
-    mia, y = api_for_person("mia", PASSWORD), office["y"].slug
+    mia, y = api_for_person("mia"), office["y"].slug
     unknown = mia.post("memory/search", {"all": True, "workspaceId": "nowhere"}, expect=404)
     hidden = mia.post("memory/search", {"all": True, "workspaceId": y}, expect=404)
     assert unknown["code"] == hidden["code"] == "not_found"
@@ -347,15 +345,15 @@ def test_an_unknown_workspace_and_one_the_member_does_not_belong_to_answer_alike
 
 
 def test_a_member_lists_only_the_workspaces_they_belong_to(office):
-    mia = api_for_person("mia", PASSWORD)
+    mia = api_for_person("mia")
     assert [w["slug"] for w in mia.get("workspaces")["workspaces"]] == ["default", "project-x"]
     assert len(office["agent"].get("workspaces")["workspaces"]) == 3
-    owner = api_for_person("alice", PASSWORD)
+    owner = api_for_person("alice")
     assert [w["slug"] for w in owner.get("workspaces")["workspaces"]] == ["default", "project-x", "project-y"]
 
 
 def test_a_member_works_in_their_own_workspace_and_for_themselves(office):
-    mia, x = api_for_person("mia", PASSWORD), office["x"].slug
+    mia, x = api_for_person("mia"), office["x"].slug
     mia.post(
         "messages",
         {
@@ -405,7 +403,7 @@ def test_a_member_works_in_their_own_workspace_and_for_themselves(office):
 
 
 def test_owners_and_admins_act_for_other_members(office):
-    alice = api_for_person("alice", PASSWORD)
+    alice = api_for_person("alice")
     written = _write(alice, _avoidance("蒜", scope="user", userId="ben", workspaceId=office["y"].slug))
     assert written[0]["action"] == "created"
     found = alice.post("memory/search", {"all": True, "userId": "ben"})
@@ -414,7 +412,7 @@ def test_owners_and_admins_act_for_other_members(office):
 
 
 def test_a_member_reads_only_their_own_conversations_of_a_shared_workspace(office):
-    mia = api_for_person("mia", PASSWORD)
+    mia = api_for_person("mia")
     mia.post(
         "messages",
         {"sessionId": "s-m", "messages": [{"id": "m1", "role": "user", "content": "杭州下雨了"}]},
@@ -425,7 +423,7 @@ def test_a_member_reads_only_their_own_conversations_of_a_shared_workspace(offic
     # The pages draw the same line: the session list shows her conversation, not ben's.
     sessions_page = mia.client.get("/sessions/").content.decode()
     assert "s-m" in sessions_page and "s-ben" not in sessions_page
-    alice = api_for_person("alice", PASSWORD)
+    alice = api_for_person("alice")
     assert {m["sessionId"] for m in alice.post("messages/search", {"queryText": "杭州"})["messages"]} == {
         "s-m",
         "s-ben",
@@ -456,7 +454,7 @@ def test_a_key_selector_naming_a_workspace_never_matches_another(office):
 
 
 def test_a_member_selector_naming_their_workspace_never_matches_default(office):
-    mia, x = api_for_person("mia", PASSWORD), office["x"].slug
+    mia, x = api_for_person("mia"), office["x"].slug
     in_default = _write(mia, _constraint("redis"))[0]
     in_x = _write(mia, _constraint("redis", workspaceId=x))[0]
     assert (

@@ -12,7 +12,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from memory import selectors
+from memory import selectors, services
 from memory.access import may_create_workspace, operations_check, reachable_workspaces
 from memory.api import serializers as s
 from memory.api.base import MemoryApiView
@@ -22,7 +22,6 @@ from memory.presenters import audit_event_to_api, iso, message_to_api, summary_t
 from memory.search import retrieval
 from memory.search.context import build_context
 from memory.selectors import NodeSelector
-from memory import services
 from memory.visibility import Viewer
 from tenants.models import Workspace
 from tenants.services import workspace_create
