@@ -20,6 +20,8 @@ from pgvector.django import HnswIndex, VectorField
 from tenants.models import Scope, TenantOwnedModel, Workspace
 
 EMBEDDING_DIM = settings.EKKO_EMBEDDING_DIM
+# The search columns of MemoryNode and MemoryMessage: large and never shown, so every list defers them.
+HEAVY_FIELDS = ("embedding", "search_vector", "search_text")
 
 
 class Role(models.TextChoices):

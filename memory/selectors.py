@@ -1,20 +1,53 @@
-"""Reads of memory rows by id or selector (no ranking: that is memory.search.retrieval); none of them write."""
+"""Reads of memory rows by id or selector (no ranking: that is memory.search.retrieval); none of them write.
+
+It also owns the card filters every reader shares — `key_q`, `category_q`, `value_json_q` — so
+memory/get, memory/forget, memory/search and the memory pages match a key, a category path and a
+value the same way.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
 from django.db.models import Q, QuerySet
 
 from memory.errors import NotFound, RequiresConfirmation
-from memory.models import MemoryAuditEvent, MemoryKind, MemoryMessage, MemoryNode, MemorySummary, NodeStatus
+from memory.models import (
+    HEAVY_FIELDS,
+    MemoryAuditEvent,
+    MemoryKind,
+    MemoryMessage,
+    MemoryNode,
+    MemorySummary,
+    NodeStatus,
+)
 from memory.rules.kinds import KindSpec
 from memory.visibility import Viewer, accessible_nodes_q
 from tenants.context import tenant_context
 from tenants.models import Tenant
 
-NODE_LIST_FIELDS_DEFERRED = ("embedding", "search_vector", "search_text")
+
+def key_q(key: str) -> Q:
+    """Return the filter for a key: a canonical key (with ':') exactly, a bare slot key with all its items."""
+    if ":" in key:
+        return Q(key=key)
+    return Q(key=key) | Q(key__startswith=key + ":")
+
+
+def category_q(path: str | Sequence[str]) -> Q:
+    """Return the filter for a category path prefix, by whole segments (a/b matches a/b/c, never a/bc)."""
+    prefix = path if isinstance(path, str) else "/".join(path)
+    return Q(category_path_text=prefix) | Q(category_path_text__startswith=prefix + "/")
+
+
+def value_json_q(value: Any) -> Q:
+    """Return the filter for a value given explicitly: JSON equality, and `null` for cards without a value."""
+    if value is None:
+        return Q(value_json__isnull=True) | Q(value_json=None)
+    return Q(value_json=value)
 
 
 def parse_node_id(raw: str | UUID) -> UUID:
@@ -29,7 +62,7 @@ def accessible_nodes(viewer: Viewer) -> QuerySet[MemoryNode]:
     return (
         MemoryNode.objects.filter(accessible_nodes_q(viewer))
         .select_related("user")
-        .defer(*NODE_LIST_FIELDS_DEFERRED)
+        .defer(*HEAVY_FIELDS)
     )
 
 
@@ -97,8 +130,11 @@ class NodeSelector:
     scope: str | None = None
     domain: str | None = None
     category_path_prefix: tuple[str, ...] = ()
+    # A workspace named in the request narrows every match to cards of that workspace (never another's).
+    workspace_id: int | None = None
 
     def is_empty(self) -> bool:
+        """Return whether the selector names nothing (a workspace alone narrows a match, it names none)."""
         return not any([self.type, self.kind, self.key, self.value_json_given, self.scope, self.domain,
                         self.category_path_prefix])
 
@@ -106,23 +142,22 @@ class NodeSelector:
 def selector_q(selector: NodeSelector) -> Q:
     """Return the exact-match filter for a selector (API.md's memory/get and memory/forget fields)."""
     q = Q()
+    if selector.workspace_id is not None:
+        q &= Q(workspace_id=selector.workspace_id)
     if selector.type:
         q &= Q(type=selector.type)
     if selector.kind:
         q &= Q(kind=selector.kind)
     if selector.key:
-        # A bare slot key ("avoid_ingredient") selects every item of that slot.
-        q &= Q(key=selector.key) | Q(key__startswith=selector.key + ":") if ":" not in selector.key else Q(
-            key=selector.key)
+        q &= key_q(selector.key)
     if selector.value_json_given:
-        q &= Q(value_json=selector.value_json) if selector.value_json is not None else Q(value_json__isnull=True)
+        q &= value_json_q(selector.value_json)
     if selector.scope:
         q &= Q(scope=selector.scope)
     if selector.domain:
         q &= Q(domain=selector.domain)
     if selector.category_path_prefix:
-        prefix = "/".join(selector.category_path_prefix)
-        q &= Q(category_path_text=prefix) | Q(category_path_text__startswith=prefix + "/")
+        q &= category_q(selector.category_path_prefix)
     return q
 
 
@@ -141,13 +176,41 @@ def node_select(*, viewer: Viewer, selector: NodeSelector) -> MemoryNode | None:
     return matches[0] if matches else None
 
 
+def visible_messages(viewer: Viewer) -> QuerySet[MemoryMessage]:
+    """Return the evidence messages `viewer` may read; call inside the viewer's tenant context.
+
+    The messages of the viewer's workspace; a person without owner/admin reads only the
+    conversations they took part in, not their colleagues' (the pages' rule, memory.access).
+    """
+    messages = MemoryMessage.objects.filter(tenant=viewer.tenant, workspace=viewer.workspace)
+    if viewer.restrict_to_person:
+        mine = messages.filter(user=viewer.user).values("session_id")
+        messages = messages.filter(session_id__in=mine)
+    return messages
+
+
+def session_check(viewer: Viewer, session_id: str | None) -> None:
+    """Raise NotFound when a person without owner/admin names another person's conversation.
+
+    A session is theirs when it has no messages yet or one of its messages is theirs; anyone
+    else's answers like a session that does not exist.
+    """
+    if not viewer.restrict_to_person or not session_id:
+        return
+    with tenant_context(viewer.tenant):
+        messages = MemoryMessage.objects.filter(tenant=viewer.tenant, workspace=viewer.workspace,
+                                                session_id=session_id)
+        if messages.filter(user=viewer.user).exists() or not messages.exists():
+            return
+    raise NotFound(f"No session {session_id!r}.")
+
+
 def messages_list(*, viewer: Viewer, session_id: str, limit: int = 50,
                   include_subagent: bool = True) -> list[MemoryMessage]:
-    """Return the newest `limit` messages of a session, oldest first."""
+    """Return the newest `limit` messages of a session the viewer may read, oldest first."""
     with tenant_context(viewer.tenant):
-        queryset = MemoryMessage.objects.filter(
-            tenant=viewer.tenant, workspace=viewer.workspace, session_id=session_id
-        ).select_related("user").defer("embedding", "search_vector", "search_text")
+        queryset = visible_messages(viewer).filter(session_id=session_id).select_related("user").defer(
+            *HEAVY_FIELDS)
         if not include_subagent:
             queryset = queryset.filter(channel="main")
         newest = list(queryset.order_by("-created_at", "-id")[:limit])

@@ -1,4 +1,5 @@
-"""An API test client: Bearer auth, status + error-code assertions, and OpenAPI validation of every response."""
+"""An API test client: Bearer auth or a signed-in browser session (with CSRF), status + error-code assertions,
+and OpenAPI validation of every response."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from functools import cache
 from typing import Any
 
 import jsonschema
+from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import resolve
 from referencing import Registry, Resource
@@ -45,25 +47,31 @@ def validate_response(method: str, path: str, status: int, body: Any) -> None:
 
 
 class Api:
-    def __init__(self, client: Client, key: str | None) -> None:
+    def __init__(self, client: Client, key: str | None, *, csrf_token: str | None = None) -> None:
         self.client = client
         self.key = key
+        self.csrf_token = csrf_token
 
     def _headers(self) -> dict[str, str]:
+        if self.csrf_token:
+            return {"HTTP_X_CSRFTOKEN": self.csrf_token}
         return {"HTTP_AUTHORIZATION": f"Bearer {self.key}"} if self.key else {}
 
     def call(self, method: str, path: str, body: Any = None, *, expect: int = 200, code: str | None = None,
-             raw: bytes | None = None) -> Any:
+             raw: bytes | None = None, multipart: bool = False) -> Any:
         url = "/api/v1/" + path
         kwargs: dict[str, Any] = self._headers()
         if method == "GET":
             response = self.client.get(url, body or {}, **kwargs)
+        elif multipart:
+            response = getattr(self.client, method.lower())(url, data=body or {}, **kwargs)
         else:
             payload = raw if raw is not None else json.dumps(body)
             response = getattr(self.client, method.lower())(url, data=payload, content_type="application/json",
                                                             **kwargs)
         data = response.json() if response.get("Content-Type", "").startswith("application/json") else None
-        assert response.status_code == expect, f"{method} {url} → {response.status_code}: {data or response.content[:500]}"
+        shown = data or (b"<a file>" if response.streaming else response.content[:500])
+        assert response.status_code == expect, f"{method} {url} → {response.status_code}: {shown}"
         if code is not None:
             assert data is not None and data.get("code") == code, f"expected code {code!r}, got {data}"
         if data is not None:
@@ -80,3 +88,12 @@ class Api:
 
 def api_for(client: Client, tenant: Tenant, **key_options: Any) -> Api:
     return Api(client, api_key_create(tenant=tenant, **key_options).raw_key)
+
+
+def api_for_person(username: str) -> Api:
+    """Return an API client signed in as `username` through the browser session, CSRF enforced."""
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(get_user_model().objects.get(username=username))
+    client.get("/")  # the dashboard sets the CSRF cookie a browser would send back
+    token = client.cookies["csrftoken"].value
+    return Api(client, None, csrf_token=token)

@@ -88,7 +88,7 @@ BYPASS_ALLOWED = {
     "tenants/models.py": "defines the all_tenants manager",
     "tenants/db_roles.py": "defines the RLS policy's bypass setting",
     "tenants/services.py": "API-key authentication looks a key up before its tenant is known",
-    "memory/api/auth.py": "a signed-in person's memberships are what tells us their tenants",
+    "memory/access.py": "a signed-in person's memberships are what tells us their tenants",
     "ekko_site/admin_site.py": "operators audit every tenant (staff only)",
     "tenants/admin.py": "operators audit every tenant (staff only)",
     "memory/admin.py": "operators audit every tenant (staff only)",

@@ -1,30 +1,26 @@
-"""The base of every API view: authenticate, resolve the principal and tenant once, check limits."""
+"""The base of every API view: authenticate, resolve the principal and tenant once, check limits.
+
+`MemoryApiView.viewer` is memory.access's `viewer_for`: the same rule the pages use.
+"""
 
 from __future__ import annotations
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
 from rest_framework import permissions
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from memory.api.auth import (
-    ApiKeyAuthentication,
-    KeyRateThrottle,
-    Principal,
-    principal_for_api_key,
-    principal_for_user,
-)
-from memory.errors import Forbidden, NotFound, TooLarge
+from memory.access import Principal, principal_for_api_key, principal_for_user, viewer_for
+from memory.api.auth import ApiKeyAuthentication, KeyRateThrottle
+from memory.errors import Forbidden, TooLarge
 from memory.models import MemoryNode
 from memory.presenters import node_to_api
 from memory.selectors import superseded_by_ids
 from memory.visibility import Viewer
-from tenants.context import bind_tenant, tenant_context
-from tenants.models import ApiKey, Workspace, WorkspaceMember
-from tenants.selectors import TenantObjectNotFound, member_resolve, workspace_resolve
+from tenants.context import bind_tenant
+from tenants.models import ApiKey
 
 
 class IsTenantCaller(permissions.BasePermission):
@@ -59,55 +55,11 @@ class MemoryApiView(APIView):
 
     def viewer(self, *, workspace_ref: str | int | None = None, session_id: str | None = None,
                user_ref: str | None = None) -> Viewer:
-        """Return the Viewer for the workspace, session and user a request names."""
-        return viewer_for_principal(self.principal, workspace_ref=workspace_ref, session_id=session_id,
-                                    user_ref=user_ref)
+        """Return the Viewer for the workspace, session and user a request names (404 outside the rule)."""
+        return viewer_for(self.principal, workspace_ref=workspace_ref, session_id=session_id,
+                          user_ref=user_ref)
 
     def nodes_json(self, nodes: list[MemoryNode]) -> list[dict]:
         """Render cards with their successor ids in one extra query."""
         successors = superseded_by_ids(tenant=self.principal.tenant, node_ids=[n.pk for n in nodes])
         return [node_to_api(node, superseded_by_id=successors.get(node.pk)) for node in nodes]
-
-
-def _workspace(principal: Principal, ref: str | int | None) -> Workspace:
-    pinned = principal.pinned_workspace_id
-    if ref in (None, "") and pinned is not None:
-        ref = pinned
-    try:
-        workspace = workspace_resolve(tenant=principal.tenant, ref=ref)
-    except TenantObjectNotFound as exc:
-        raise NotFound(str(exc)) from exc
-    if pinned is not None and workspace.pk != pinned:
-        raise Forbidden("This API key is pinned to another workspace.")
-    return workspace
-
-
-def _member(principal: Principal, username: str | None) -> AbstractBaseUser | None:
-    if not username:
-        return principal.user
-    if principal.user is not None and not principal.is_admin and username != principal.user.get_username():
-        raise Forbidden("You may only act for yourself.")
-    try:
-        return member_resolve(tenant=principal.tenant, username=username)
-    except TenantObjectNotFound as exc:
-        raise NotFound(str(exc)) from exc
-
-
-def viewer_for_principal(principal: Principal, *, workspace_ref: str | int | None = None,
-                         session_id: str | None = None, user_ref: str | None = None) -> Viewer:
-    """Return the Viewer of `principal` for a workspace, session and user (the API's and the pages' rule)."""
-    workspace = _workspace(principal, workspace_ref)
-    user = _member(principal, user_ref)
-    member_workspaces: frozenset[int] = frozenset()
-    if principal.restrict_to_person and principal.user is not None:
-        with tenant_context(principal.tenant):
-            joined = WorkspaceMember.objects.filter(tenant=principal.tenant, user=principal.user)
-            # Everyone in the tenant belongs to its default workspace.
-            member_workspaces = frozenset(joined.values_list("workspace_id", flat=True)) | {
-                workspace_resolve(tenant=principal.tenant, ref=None).pk}
-    return Viewer(
-        tenant=principal.tenant, workspace=workspace, session_id=session_id or None, user=user,
-        write_scopes=principal.write_scopes, read_only=principal.read_only, actor=principal.actor,
-        pinned_workspace_id=principal.pinned_workspace_id, restrict_to_person=principal.restrict_to_person,
-        member_workspace_ids=member_workspaces,
-    )

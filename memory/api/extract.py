@@ -11,7 +11,7 @@ from rest_framework.response import Response
 
 from memory.api.base import MemoryApiView
 from memory.api.serializers import IdOrSlugField
-from memory.api.views import ERRORS, _parse
+from memory.api.views import ERRORS, REACH, _parse
 from memory.errors import Forbidden
 from memory.models import ExtractionRun, ExtractionStatus
 from memory.pipeline.runs import extraction_get
@@ -117,6 +117,7 @@ def extraction_to_api(run: ExtractionRun) -> dict[str, Any]:
 class ExtractApi(MemoryApiView):
     @extend_schema(
         operation_id="extract_request",
+        description=REACH,
         request=ExtractRequestSerializer,
         responses={202: ExtractQueuedSerializer, **ERRORS},
     )

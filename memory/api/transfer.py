@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import tempfile
 
 from django.conf import settings
@@ -15,11 +14,11 @@ from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from memory.access import may_export, may_import, sqlite_download
 from memory.api.base import MemoryApiView
 from memory.api.views import ERRORS
 from memory.errors import Forbidden, Invalid
-from memory.transfer.sqlite_io import workspace_export_sqlite, workspace_import_sqlite
-from tenants.models import Tenant, Workspace
+from memory.transfer.sqlite_io import workspace_import_sqlite
 
 
 class ImportUploadSerializer(serializers.Serializer):
@@ -48,27 +47,18 @@ class ImportReportSerializer(serializers.Serializer):
 class WorkspaceExportApi(MemoryApiView):
     """Not in the request transaction: the export reads every table from its own repeatable-read snapshot."""
 
-    @extend_schema(operation_id="workspace_export", responses={
-        (200, "application/vnd.sqlite3"): OpenApiResponse(OpenApiTypes.BINARY, description="The SQLite file"),
-        **ERRORS})
+    @extend_schema(operation_id="workspace_export", description=(
+        "Download the workspace as an Ekko local-format SQLite file. It holds everyone's cards of the "
+        "workspace, so a browser session needs the owner or admin role (403 otherwise); a workspace the "
+        "person does not belong to answers 404. API keys export (a pinned key only its workspace)."),
+        responses={(200, "application/vnd.sqlite3"): OpenApiResponse(OpenApiTypes.BINARY,
+                                                                       description="The SQLite file"),
+                   **ERRORS})
     def get(self, request: Request, workspace_id: str) -> FileResponse:
         viewer = self.viewer(workspace_ref=workspace_id)
-        return sqlite_download(viewer.tenant, viewer.workspace)
-
-
-def sqlite_download(tenant: Tenant, workspace: Workspace) -> FileResponse:
-    """Export `workspace` to a temporary file and stream it as an attachment (the API's and the pages')."""
-    descriptor, path = tempfile.mkstemp(prefix="ekko-export-", suffix=".sqlite")
-    os.close(descriptor)
-    try:
-        workspace_export_sqlite(tenant=tenant, workspace=workspace, path=path)
-        handle = open(path, "rb")  # noqa: SIM115 - FileResponse closes it
-    finally:
-        os.unlink(path)  # the open handle keeps the data until the response is sent
-    response = FileResponse(handle, as_attachment=True, filename=f"{tenant.slug}-{workspace.slug}.sqlite",
-                            content_type="application/vnd.sqlite3")
-    response["Cache-Control"] = "no-store"
-    return response
+        if not may_export(self.principal):
+            raise Forbidden("Exporting a workspace needs the owner or admin role: the file holds everyone's.")
+        return sqlite_download(viewer)
 
 
 class WorkspaceImportApi(MemoryApiView):
@@ -79,15 +69,19 @@ class WorkspaceImportApi(MemoryApiView):
         return settings.EKKO_MAX_IMPORT_BYTES
 
     @extend_schema(operation_id="workspace_import", request={"multipart/form-data": ImportUploadSerializer},
+                   description=("Import an Ekko local-format SQLite file into the workspace. Needs a "
+                                "writable API key or, for a browser session, the owner or admin role (403 "
+                                "otherwise); a workspace the caller may not reach answers 404."),
                    responses={200: ImportReportSerializer, **ERRORS})
     def post(self, request: Request, workspace_id: str) -> Response:
         principal = self.principal
-        if principal.read_only or (principal.user is not None and not principal.is_admin):
-            raise Forbidden("Importing needs a writable API key or a tenant admin.")
         viewer = self.viewer(workspace_ref=workspace_id)
+        if not may_import(principal):
+            raise Forbidden("Importing needs a writable API key or a tenant admin.")
         upload = request.FILES.get("file")
         if upload is None:
-            raise Invalid("Send the SQLite file as the multipart field `file`.", errors={"file": ["required"]})
+            raise Invalid("Send the SQLite file as the multipart field `file`.",
+                          errors={"file": ["required"]})
         with tempfile.NamedTemporaryFile(prefix="ekko-import-", suffix=".sqlite") as copy:
             for chunk in upload.chunks():
                 copy.write(chunk)

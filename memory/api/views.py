@@ -12,23 +12,30 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from memory import selectors
+from memory import selectors, services
+from memory.access import may_create_workspace, operations_check, reachable_workspaces
 from memory.api import serializers as s
 from memory.api.base import MemoryApiView
 from memory.api.tools import tool_definitions
-from memory.errors import Forbidden
+from memory.errors import Forbidden, TooLarge
 from memory.presenters import audit_event_to_api, iso, message_to_api, summary_to_api
 from memory.search import retrieval
 from memory.search.context import build_context
 from memory.selectors import NodeSelector
-from memory import services
-from tenants.context import tenant_context
+from memory.visibility import Viewer
 from tenants.models import Workspace
 from tenants.services import workspace_create
 
 logger = logging.getLogger(__name__)
 
 ERRORS = {status: OpenApiResponse(s.ErrorSerializer) for status in (400, 401, 403, 404, 409, 413, 429, 503)}
+
+# memory.access's rule, as the OpenAPI descriptions of the operations that name a workspace or person say it.
+REACH = ("A browser session without the owner or admin role may name only a `workspaceId` it belongs to "
+         "(everyone belongs to `default`), only itself as `userId` and only a `sessionId` of its own "
+         "conversations; any other workspace, person or session answers 404 `not_found`, like an unknown id. "
+         "A key pinned to a workspace gets 403 for any other workspace.")
+SELECTOR_WORKSPACE = " A `workspaceId` in the selector narrows it to the cards that belong to that workspace."
 
 
 def _parse(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
@@ -43,27 +50,27 @@ def _workspace_json(workspace: Workspace) -> dict[str, Any]:
 
 
 class WorkspacesApi(MemoryApiView):
-    @extend_schema(operation_id="workspaces_list", responses={200: s.WorkspaceListSerializer, **ERRORS})
+    @extend_schema(operation_id="workspaces_list", description=(
+        "The workspaces the caller may name: all of the tenant's for an unpinned key and for owners and "
+        "admins, the pinned one for a pinned key, and for other people `default` plus the workspaces they "
+        "belong to."), responses={200: s.WorkspaceListSerializer, **ERRORS})
     def get(self, request: Request) -> Response:
-        principal = self.principal
-        with tenant_context(principal.tenant):
-            workspaces = Workspace.objects.filter(tenant=principal.tenant)
-            if principal.pinned_workspace_id is not None:
-                workspaces = workspaces.filter(pk=principal.pinned_workspace_id)
-            return Response({"workspaces": [_workspace_json(w) for w in workspaces.order_by("created_at", "id")]})
+        return Response({"workspaces": [_workspace_json(w) for w in reachable_workspaces(self.principal)]})
 
-    @extend_schema(operation_id="workspaces_create", request=s.WorkspaceCreateSerializer,
-                   responses={201: s.WorkspaceSerializer, **ERRORS})
+    @extend_schema(operation_id="workspaces_create", description=(
+        "Add a workspace. Needs a writable key that is not pinned to a workspace or, for a browser session, "
+        "the owner or admin role (403 otherwise)."),
+        request=s.WorkspaceCreateSerializer, responses={201: s.WorkspaceSerializer, **ERRORS})
     def post(self, request: Request) -> Response:
         data = _parse(s.WorkspaceCreateSerializer, request.data)
-        if self.principal.read_only or self.principal.pinned_workspace_id is not None:
-            raise Forbidden("This key cannot create workspaces (read-only or pinned to one workspace).")
+        if not may_create_workspace(self.principal):
+            raise Forbidden("Creating a workspace needs a writable unpinned key, or the owner or admin role.")
         workspace = workspace_create(tenant=self.principal.tenant, name=data["name"])
         return Response(_workspace_json(workspace), status=201)
 
 
 class MessagesApi(MemoryApiView):
-    @extend_schema(operation_id="messages_capture", request=s.MessageCaptureSerializer,
+    @extend_schema(operation_id="messages_capture", description=REACH, request=s.MessageCaptureSerializer,
                    responses={201: s.MessageListSerializer, **ERRORS})
     def post(self, request: Request) -> Response:
         data = _parse(s.MessageCaptureSerializer, request.data)
@@ -75,7 +82,7 @@ class MessagesApi(MemoryApiView):
                                                messages=data["messages"])
         return Response({"messages": [message_to_api(m) for m in stored]}, status=201)
 
-    @extend_schema(operation_id="messages_list", parameters=[s.MessageListQuerySerializer],
+    @extend_schema(operation_id="messages_list", description=REACH, parameters=[s.MessageListQuerySerializer],
                    responses={200: s.MessageListSerializer, **ERRORS})
     def get(self, request: Request) -> Response:
         data = _parse(s.MessageListQuerySerializer, request.query_params)
@@ -85,7 +92,7 @@ class MessagesApi(MemoryApiView):
 
 
 class MessageSearchApi(MemoryApiView):
-    @extend_schema(operation_id="messages_search", request=s.MessageSearchSerializer,
+    @extend_schema(operation_id="messages_search", description=REACH, request=s.MessageSearchSerializer,
                    responses={200: s.MessageSearchResultSerializer, **ERRORS})
     def post(self, request: Request) -> Response:
         data = _parse(s.MessageSearchSerializer, request.data)
@@ -102,12 +109,12 @@ class MessageSearchApi(MemoryApiView):
 
 
 class MemorySearchApi(MemoryApiView):
-    @extend_schema(operation_id="memory_search", request=s.MemoryQuerySerializer,
+    @extend_schema(operation_id="memory_search", description=REACH, request=s.MemoryQuerySerializer,
                    responses={200: s.MemorySearchResultSerializer, **ERRORS})
     def post(self, request: Request) -> Response:
         data = _parse(s.MemoryQuerySerializer, request.data)
-        viewer = self.viewer(workspace_ref=data.pop("workspace_id", None), session_id=data.pop("session_id", None),
-                             user_ref=data.pop("user_id", None))
+        viewer = self.viewer(workspace_ref=data.pop("workspace_id", None),
+                             session_id=data.pop("session_id", None), user_ref=data.pop("user_id", None))
         query = retrieval.MemoryQuery(**data)
         result = retrieval.search_nodes(viewer=viewer, query=query)
         return Response({
@@ -133,47 +140,51 @@ class NodeHistoryApi(MemoryApiView):
                          "events": [audit_event_to_api(e) for e in history.events]})
 
 
-def _selector(data: dict[str, Any]) -> NodeSelector:
+def _selector(data: dict[str, Any], viewer: Viewer) -> NodeSelector:
+    """Return the selector of a get/forget body; a `workspaceId` narrows it to that workspace's cards."""
+    named_workspace = data.get("workspace_id") not in (None, "")
     return NodeSelector(
         type=data.get("type"), kind=data.get("kind"), key=data.get("key"), value_json=data.get("value_json"),
-        value_json_given=data.get("value_json_given", False), scope=data.get("scope"), domain=data.get("domain"),
-        category_path_prefix=tuple(data.get("category_path_prefix") or ()),
+        value_json_given=data.get("value_json_given", False), scope=data.get("scope"),
+        domain=data.get("domain"), category_path_prefix=tuple(data.get("category_path_prefix") or ()),
+        workspace_id=viewer.workspace.pk if named_workspace else None,
     )
 
 
 class MemoryGetApi(MemoryApiView):
-    @extend_schema(operation_id="memory_get", request=s.MemoryGetSerializer,
-                   responses={200: s.NodeEnvelopeSerializer, **ERRORS})
+    @extend_schema(operation_id="memory_get", description=REACH + SELECTOR_WORKSPACE,
+                   request=s.MemoryGetSerializer, responses={200: s.NodeEnvelopeSerializer, **ERRORS})
     def post(self, request: Request) -> Response:
         data = _parse(s.MemoryGetSerializer, request.data)
         viewer = self.viewer(workspace_ref=data.get("workspace_id"), user_ref=data.get("user_id"))
-        node = selectors.node_select(viewer=viewer, selector=_selector(data))
+        node = selectors.node_select(viewer=viewer, selector=_selector(data, viewer))
         return Response({"node": self.nodes_json([node])[0] if node else None})
 
 
 class MemoryWriteApi(MemoryApiView):
-    @extend_schema(operation_id="memory_write", request=s.MemoryWriteSerializer,
+    @extend_schema(operation_id="memory_write", description=REACH, request=s.MemoryWriteSerializer,
                    responses={200: s.MemoryWriteResultSerializer, **ERRORS})
     def post(self, request: Request) -> Response:
         data = _parse(s.MemoryWriteSerializer, request.data)
         if len(data["operations"]) > services.MAX_OPERATIONS:
-            from memory.errors import TooLarge
-
             raise TooLarge(f"At most {services.MAX_OPERATIONS} operations per request; split the batch.")
+        viewer = self.viewer()
+        operations_check(viewer, data["operations"])
         results = services.node_write_batch(
-            viewer=self.viewer(), operations=data["operations"],
+            viewer=viewer, operations=data["operations"],
             explicit_user_intent=data["explicit_user_intent"],
             source_message_ids=data.get("source_message_ids") or [],
         )
         return Response({"done": True, "results": [{
-            "operation": r.operation, "action": r.action, "nodeId": str(r.node.pk), "revision": r.node.revision,
-            "key": r.node.key, "scope": r.node.scope, "appliedConfidence": r.applied_confidence,
-            "autoDowngraded": r.auto_downgraded, "notes": r.notes,
+            "operation": r.operation, "action": r.action, "nodeId": str(r.node.pk),
+            "revision": r.node.revision, "key": r.node.key, "scope": r.node.scope,
+            "appliedConfidence": r.applied_confidence, "autoDowngraded": r.auto_downgraded, "notes": r.notes,
         } for r in results]})
 
 
 class MemoryForgetApi(MemoryApiView):
-    @extend_schema(operation_id="memory_forget", request=s.MemoryForgetSerializer,
+    @extend_schema(operation_id="memory_forget", description=REACH + SELECTOR_WORKSPACE,
+                   request=s.MemoryForgetSerializer,
                    responses={200: s.MemoryForgetResultSerializer, **ERRORS})
     def post(self, request: Request) -> Response:
         data = _parse(s.MemoryForgetSerializer, request.data)
@@ -183,7 +194,7 @@ class MemoryForgetApi(MemoryApiView):
             reason=data["reason"], explicit_user_intent=data["explicit_user_intent"], mode=data["mode"],
             node_id=data.get("id"), expected_revision=data.get("expected_revision"),
             targets=tuple((t["id"], t["expected_revision"]) for t in data.get("targets") or []),
-            all=data["all"], selector=_selector(data),
+            all=data["all"], selector=_selector(data, viewer),
         )
         deleted = services.node_forget(viewer=viewer, request=forget)
         return Response({"deletedIds": [str(pk) for pk in deleted], "mode": data["mode"]})
@@ -193,7 +204,7 @@ class MemoryForgetApi(MemoryApiView):
 class ContextApi(MemoryApiView):
     """The context pack. Not wrapped in a request transaction: it must answer even when the store is down."""
 
-    @extend_schema(operation_id="context", request=s.ContextRequestSerializer,
+    @extend_schema(operation_id="context", description=REACH, request=s.ContextRequestSerializer,
                    responses={200: s.ContextSerializer, **ERRORS})
     def post(self, request: Request) -> Response:
         data = _parse(s.ContextRequestSerializer, request.data)
@@ -238,7 +249,7 @@ def disabled_context(token_budget: int, warning: str) -> dict[str, Any]:
 
 
 class SummariesApi(MemoryApiView):
-    @extend_schema(operation_id="summaries_create", request=s.SummaryCreateSerializer,
+    @extend_schema(operation_id="summaries_create", description=REACH, request=s.SummaryCreateSerializer,
                    responses={201: s.SummarySerializer, **ERRORS})
     def post(self, request: Request) -> Response:
         data = _parse(s.SummaryCreateSerializer, request.data)
@@ -250,7 +261,8 @@ class SummariesApi(MemoryApiView):
 
 
 class SummaryLatestApi(MemoryApiView):
-    @extend_schema(operation_id="summaries_latest", parameters=[s.SummaryLatestQuerySerializer],
+    @extend_schema(operation_id="summaries_latest", description=REACH,
+                   parameters=[s.SummaryLatestQuerySerializer],
                    responses={200: s.SummaryEnvelopeSerializer, **ERRORS})
     def get(self, request: Request) -> Response:
         data = _parse(s.SummaryLatestQuerySerializer, request.query_params)

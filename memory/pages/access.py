@@ -1,13 +1,13 @@
 """Who the signed-in person is for one page request: membership → principal → viewer, resolved once.
 
-The tenant comes from the same session key the browser API reads (`SESSION_TENANT_KEY`), so the
-pages and the API always agree; the workspace from `SESSION_WORKSPACE_KEY`. Everything a page
-shows or changes goes through the `Viewer` built here, and so through memory.visibility's rule.
+The tenant comes from the same session key the browser API reads (memory.access's
+`SESSION_TENANT_KEY`), and the principal and Viewer from the same functions, so the pages and the
+API apply one rule; the workspace comes from `SESSION_WORKSPACE_KEY`. Everything a page shows or
+changes goes through the `Viewer` built here, and so through memory.visibility's rule.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from functools import wraps
 from typing import Any
@@ -17,8 +17,15 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.cache import patch_vary_headers
 
-from memory.api.auth import Principal, memberships_of, principal_for_user
-from memory.api.base import viewer_for_principal
+from memory.access import (
+    Principal,
+    may_export,
+    may_import,
+    memberships_of,
+    principal_for_user,
+    reachable_workspaces,
+    viewer_for,
+)
 from memory.errors import Forbidden, NotFound
 from memory.models import MemoryNode
 from memory.pages import labels
@@ -62,6 +69,14 @@ class PageAccess:
     def can_write(self) -> bool:
         return not self.principal.read_only
 
+    @property
+    def can_export(self) -> bool:
+        return may_export(self.principal)
+
+    @property
+    def can_import(self) -> bool:
+        return may_import(self.principal)
+
     def can_change(self, node: MemoryNode) -> bool:
         """Return whether this person may edit, forget or restore `node` (the services decide the same)."""
         return self.can_write and node.scope in self.principal.write_scopes
@@ -69,21 +84,18 @@ class PageAccess:
 
 def page_access(request: HttpRequest) -> PageAccess | None:
     """Return the caller's access for this request, or None when they belong to no tenant."""
-    principal = principal_for_user(request.user, request.session)
+    memberships = memberships_of(request.user)
+    principal = principal_for_user(request.user, request.session, memberships)
     if principal is None:
         return None
-    memberships = memberships_of(request.user)
-    with tenant_context(principal.tenant):
-        workspaces = list(Workspace.objects.filter(tenant=principal.tenant).order_by("created_at", "id"))
+    workspaces = reachable_workspaces(principal)
     wanted = request.session.get(SESSION_WORKSPACE_KEY)
-    known = {w.pk for w in workspaces}
-    viewer = viewer_for_principal(principal, workspace_ref=wanted if wanted in known else None)
-    if principal.restrict_to_person:
-        workspaces = [w for w in workspaces if w.pk in viewer.member_workspace_ids]
-        if viewer.workspace.pk not in viewer.member_workspace_ids:
-            viewer = viewer_for_principal(principal, workspace_ref=None)
+    # A workspace left in the session that the person no longer reaches falls back to `default`.
+    reachable = wanted in {w.pk for w in workspaces}
     # Admins see the whole tenant (memory.visibility); search follows the same rule.
-    viewer = dataclasses.replace(viewer, whole_tenant=principal.is_admin)
+    viewer = viewer_for(
+        principal, workspace_ref=wanted if reachable else None, whole_tenant=principal.is_admin
+    )
     return PageAccess(principal=principal, viewer=viewer, memberships=memberships, workspaces=workspaces)
 
 

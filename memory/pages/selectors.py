@@ -18,11 +18,12 @@ from uuid import UUID
 from django.contrib.postgres.search import SearchQuery
 from django.db.models import Count, Max, Min, Q, QuerySet, Window
 
-from memory.models import MemoryAuditEvent, MemoryMessage, MemoryNode, MemorySummary, NodeStatus
+from memory.models import HEAVY_FIELDS, MemoryAuditEvent, MemoryMessage, MemoryNode, MemorySummary, NodeStatus
 from memory.pages import labels
 from memory.rules.queries import is_list_all_query
 from memory.rules.text import query_terms, tsquery_text
 from memory.search.retrieval import SEARCH_LIMIT_MAX, MemoryQuery, search_nodes
+from memory.selectors import category_q, visible_messages
 from memory.visibility import Viewer, accessible_nodes_q
 from tenants.models import Scope
 
@@ -30,7 +31,6 @@ logger = logging.getLogger(__name__)
 
 PAGE_SIZE = 25
 KEYWORD_MATCH_CAP = 500
-DEFERRED = ("embedding", "search_vector", "search_text")
 STATUS_ANY = "any"
 
 
@@ -56,7 +56,7 @@ def page_nodes(viewer: Viewer) -> QuerySet[MemoryNode]:
     session memories belong to the workspace picked in the switcher.
     """
     here = Q(scope__in=[Scope.USER, Scope.GLOBAL]) | Q(workspace_id=viewer.workspace.pk)
-    return MemoryNode.objects.filter(accessible_nodes_q(viewer)).filter(here).defer(*DEFERRED)
+    return MemoryNode.objects.filter(accessible_nodes_q(viewer)).filter(here).defer(*HEAVY_FIELDS)
 
 
 def _status_q(status: str) -> Q:
@@ -71,9 +71,7 @@ def filtered_nodes(viewer: Viewer, filters: NodeFilters) -> QuerySet[MemoryNode]
     if filters.domain:
         nodes = nodes.filter(domain=filters.domain)
     if filters.category:
-        nodes = nodes.filter(
-            Q(category_path_text=filters.category) | Q(category_path_text__startswith=filters.category + "/")
-        )
+        nodes = nodes.filter(category_q(filters.category))
     if filters.type:
         nodes = nodes.filter(type=filters.type)
     if filters.kind:
@@ -357,23 +355,12 @@ def evidence_messages(viewer: Viewer, node: MemoryNode) -> list[MemoryMessage]:
         MemoryMessage.objects.filter(
             tenant=viewer.tenant, workspace_id=node.workspace_id, message_id__in=list(node.source_message_ids)
         )
-        .defer(*DEFERRED)
+        .defer(*HEAVY_FIELDS)
         .order_by("created_at", "id")
     )
 
 
 # --------------------------------------------------------------------------- sessions
-
-
-def _session_messages(viewer: Viewer) -> QuerySet[MemoryMessage]:
-    messages = MemoryMessage.objects.filter(tenant=viewer.tenant, workspace=viewer.workspace)
-    if viewer.restrict_to_person:
-        # Members see their own conversations, not their colleagues'.
-        mine = MemoryMessage.objects.filter(
-            tenant=viewer.tenant, workspace=viewer.workspace, user=viewer.user
-        ).values("session_id")
-        messages = messages.filter(session_id__in=mine)
-    return messages
 
 
 @dataclass(frozen=True)
@@ -387,7 +374,7 @@ class SessionRow:
 def session_page(viewer: Viewer, *, page: int) -> tuple[list[SessionRow], NodePage]:
     """Return one page of the workspace's sessions the viewer may read, most recent first."""
     grouped = (
-        _session_messages(viewer)
+        visible_messages(viewer)
         .order_by()
         .values("session_id")
         .annotate(n=Count("pk"), first=Min("created_at"), last=Max("created_at"))
@@ -416,7 +403,7 @@ SESSION_MESSAGE_LIMIT = 200
 
 def session_detail(viewer: Viewer, session_id: str) -> SessionDetail | None:
     """Return a session's latest messages, its summary chain and its session memories, or None if hidden."""
-    messages = _session_messages(viewer).filter(session_id=session_id)
+    messages = visible_messages(viewer).filter(session_id=session_id)
     total = messages.count()
     summaries = list(
         MemorySummary.objects.filter(
@@ -427,7 +414,7 @@ def session_detail(viewer: Viewer, session_id: str) -> SessionDetail | None:
         return None
     newest = list(
         messages.select_related("user")
-        .defer(*DEFERRED)
+        .defer(*HEAVY_FIELDS)
         .order_by("-created_at", "-id")[:SESSION_MESSAGE_LIMIT]
     )
     nodes = list(

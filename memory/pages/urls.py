@@ -2,25 +2,25 @@
 
 from django.urls import path
 
-from memory.pages import views
+from memory.pages.views import api_keys, dashboard, memories, sessions, signin, workspace
 
 urlpatterns = [
-    path("", views.dashboard_view, name="dashboard"),
-    path("login/", views.login_view, name="login"),
-    path("logout/", views.logout_view, name="logout"),
-    path("switch/tenant/", views.switch_tenant, name="switch-tenant"),
-    path("switch/workspace/", views.switch_workspace, name="switch-workspace"),
-    path("memories/", views.memory_list, name="memory-list"),
-    path("memories/forget/", views.memory_bulk_forget, name="memory-bulk-forget"),
-    path("memories/<uuid:node_id>/", views.memory_detail, name="memory-detail"),
-    path("memories/<uuid:node_id>/edit/", views.memory_edit, name="memory-edit"),
-    path("memories/<uuid:node_id>/forget/", views.memory_forget, name="memory-forget"),
-    path("memories/<uuid:node_id>/restore/", views.memory_restore, name="memory-restore"),
-    path("sessions/", views.session_list, name="session-list"),
-    path("sessions/<path:session_id>/", views.session_detail, name="session-detail"),
-    path("workspace/", views.workspace_view, name="workspace"),
-    path("workspace/export.sqlite", views.workspace_export, name="workspace-export"),
-    path("workspace/import/", views.workspace_import, name="workspace-import"),
-    path("keys/", views.api_keys, name="apikey-list"),
-    path("keys/<int:key_id>/revoke/", views.api_key_revoke_view, name="apikey-revoke"),
+    path("", dashboard.dashboard_view, name="dashboard"),
+    path("login/", signin.login_view, name="login"),
+    path("logout/", signin.logout_view, name="logout"),
+    path("switch/tenant/", dashboard.switch_tenant, name="switch-tenant"),
+    path("switch/workspace/", dashboard.switch_workspace, name="switch-workspace"),
+    path("memories/", memories.memory_list, name="memory-list"),
+    path("memories/forget/", memories.memory_bulk_forget, name="memory-bulk-forget"),
+    path("memories/<uuid:node_id>/", memories.memory_detail, name="memory-detail"),
+    path("memories/<uuid:node_id>/edit/", memories.memory_edit, name="memory-edit"),
+    path("memories/<uuid:node_id>/forget/", memories.memory_forget, name="memory-forget"),
+    path("memories/<uuid:node_id>/restore/", memories.memory_restore, name="memory-restore"),
+    path("sessions/", sessions.session_list, name="session-list"),
+    path("sessions/<path:session_id>/", sessions.session_detail, name="session-detail"),
+    path("workspace/", workspace.workspace_view, name="workspace"),
+    path("workspace/export.sqlite", workspace.workspace_export, name="workspace-export"),
+    path("workspace/import/", workspace.workspace_import, name="workspace-import"),
+    path("keys/", api_keys.api_keys, name="apikey-list"),
+    path("keys/<int:key_id>/revoke/", api_keys.api_key_revoke_view, name="apikey-revoke"),
 ]

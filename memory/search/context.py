@@ -31,12 +31,20 @@ from django.db import DatabaseError
 from django.db.models import Case, F, IntegerField, Q, Value, When
 from django.utils import timezone
 
-from memory.models import Channel, MemoryMessage, MemoryNode, MemorySummary, NodeStatus, NodeType
+from memory.models import (
+    HEAVY_FIELDS,
+    Channel,
+    MemoryMessage,
+    MemoryNode,
+    MemorySummary,
+    NodeStatus,
+    NodeType,
+)
 from memory.rules.kinds import ALWAYS_RECALLED_KINDS
 from memory.rules.text import count_tokens, query_terms, truncate_to_tokens
 from memory.search.embeddings import embed_query
 from memory.search.ranking import resolve_conflicts
-from memory.search.retrieval import NODE_DEFERRED_FIELDS, MemoryQuery, search_messages, search_nodes
+from memory.search.retrieval import MemoryQuery, search_messages, search_nodes
 from memory.services.maintenance import node_access_record
 from memory.visibility import Viewer, visible_nodes_q
 from tenants.context import tenant_context
@@ -102,7 +110,7 @@ def message_list_recent(*, viewer: Viewer, limit: int = RECENT_MESSAGES_MAX) -> 
                 session_id=viewer.session_id,
                 channel=Channel.MAIN,
             )
-            .defer("embedding", "search_vector", "search_text")
+            .defer(*HEAVY_FIELDS)
             .order_by("-created_at", "-pk")[:limit]
         )
     return newest[::-1]
@@ -134,7 +142,7 @@ def node_list_standing(
         return list(
             MemoryNode.objects.filter(visible_nodes_q(viewer), standing, status=NodeStatus.ACTIVE)
             .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
-            .defer(*NODE_DEFERRED_FIELDS)
+            .defer(*HEAVY_FIELDS)
             .order_by(
                 Case(When(always, then=Value(0)), default=Value(1), output_field=IntegerField()),
                 F("importance").desc(),

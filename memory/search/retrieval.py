@@ -45,7 +45,7 @@ from django.db import connection
 from django.db.models import Case, F, IntegerField, Q, QuerySet, Value, When
 from django.utils import timezone
 
-from memory.models import EMBEDDING_DIM, Channel, MemoryMessage, MemoryNode, NodeStatus
+from memory.models import EMBEDDING_DIM, HEAVY_FIELDS, Channel, MemoryMessage, MemoryNode, NodeStatus
 from memory.rules.queries import is_list_all_query
 from memory.rules.text import query_terms, tsquery_text
 from memory.search.embeddings import embed_query
@@ -58,6 +58,7 @@ from memory.search.ranking import (
     term_weights,
     with_previous_turns,
 )
+from memory.selectors import category_q, key_q, value_json_q, visible_messages
 from memory.services.maintenance import node_access_record
 from memory.visibility import Viewer, visible_nodes_q
 from tenants.context import tenant_context
@@ -101,9 +102,6 @@ MAX_QUERY_TERMS = 16
 # Message search lends a turn part of the score of the turn before it: the turns that follow the best
 # this many candidates (or twice the limit) are looked up; a turn further down gains too little to count.
 CONTEXT_CANDIDATES = 50
-
-NODE_DEFERRED_FIELDS = ("embedding", "search_vector", "search_text")
-MESSAGE_DEFERRED_FIELDS = ("embedding", "search_vector", "search_text")
 
 # Passed as `query_embedding` when the caller has not embedded the query (None means "no vector").
 NOT_EMBEDDED: Any = object()
@@ -348,22 +346,15 @@ def _structured_q(query: MemoryQuery) -> Q:
     if query.domain:
         condition &= Q(domain=query.domain)
     if query.category_path_prefix:
-        prefix = "/".join(query.category_path_prefix)
-        condition &= Q(category_path_text=prefix) | Q(category_path_text__startswith=prefix + "/")
+        condition &= category_q(query.category_path_prefix)
     if query.types:
         condition &= Q(type__in=query.types)
     if query.kinds:
         condition &= Q(kind__in=query.kinds)
     if query.key:
-        if ":" in query.key:
-            condition &= Q(key=query.key)
-        else:
-            condition &= Q(key=query.key) | Q(key__startswith=query.key + ":")
+        condition &= key_q(query.key)
     if query.value_json_given:
-        if query.value_json is None:
-            condition &= Q(value_json__isnull=True) | Q(value_json=None)
-        else:
-            condition &= Q(value_json=query.value_json)
+        condition &= value_json_q(query.value_json)
     if query.tags:
         condition &= Q(tags__overlap=list(query.tags))
     if query.entities:
@@ -424,7 +415,7 @@ def search_nodes(
         visible = MemoryNode.objects.filter(visible_nodes_q(viewer, query.scopes)).filter(
             _structured_q(query)
         )
-        base = visible.exclude(status=NodeStatus.DELETED).defer(*NODE_DEFERRED_FIELDS)
+        base = visible.exclude(status=NodeStatus.DELETED).defer(*HEAVY_FIELDS)
         enumerated = base.order_by(*_structured_order(now)) if (list_all or structured) else None
         cap = limit + STRUCTURED_MARGIN
         if plan.runs:
@@ -434,7 +425,7 @@ def search_nodes(
             wanted = Q(pk__in=list(scores))
             if enumerated is not None:
                 wanted |= Q(pk__in=enumerated.values("pk")[:cap])
-            rows = list(MemoryNode.objects.defer(*NODE_DEFERRED_FIELDS).filter(wanted))
+            rows = list(MemoryNode.objects.defer(*HEAVY_FIELDS).filter(wanted))
         elif enumerated is not None:
             rows = list(enumerated[:cap])
 
@@ -497,7 +488,7 @@ def search_messages(
     if not plan.runs:
         return [], diagnostics
     with tenant_context(viewer.tenant):
-        base = MemoryMessage.objects.filter(tenant=viewer.tenant, workspace=viewer.workspace)
+        base = visible_messages(viewer)
         if session_id is not None:
             base = base.filter(session_id=session_id)
         if not include_subagent:
@@ -509,7 +500,7 @@ def search_messages(
         best = list(scores)[: max(CONTEXT_CANDIDATES, 2 * limit)]
         scores = with_previous_turns(scores, _previous_turns(base, best))
         winners = list(scores)[:limit]
-        rows = MemoryMessage.objects.defer(*MESSAGE_DEFERRED_FIELDS).filter(pk__in=winners)
+        rows = MemoryMessage.objects.defer(*HEAVY_FIELDS).filter(pk__in=winners)
         hits = sorted(rows, key=lambda row: (-scores[row.pk], -row.created_at.timestamp(), row.pk))
     return [(row, scores[row.pk]) for row in hits], diagnostics
 
