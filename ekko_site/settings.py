@@ -274,9 +274,11 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     "OAS_VERSION": "3.1.0",
     "REDOC_DIST": "SIDECAR",  # docs assets served locally, no CDN
-    # `check --deploy` is about deployment settings; schema warnings show in `manage.py spectacular`.
-    "ENABLE_DJANGO_DEPLOY_CHECK": False,
-    "ENUM_NAME_OVERRIDES": {"ScopeEnum": "tenants.models.Scope", "NodeTypeEnum": "memory.models.NodeType"},
+    "ENUM_NAME_OVERRIDES": {
+        # One name per choice set (the list fields `scopes`/`types` reuse the single-value enums).
+        "ScopeEnum": "memory.api.serializers.SCOPES", "TypeEnum": "memory.models.NodeType.values",
+        "ForgetModeEnum": ["soft", "hard"],
+    },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "memory.api.schema.free_form_nullable_hook",
