@@ -12,7 +12,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from memory import selectors
+from memory import selectors, services
 from memory.api import serializers as s
 from memory.api.base import MemoryApiView
 from memory.api.tools import tool_definitions
@@ -21,7 +21,6 @@ from memory.presenters import audit_event_to_api, iso, message_to_api, summary_t
 from memory.search import retrieval
 from memory.search.context import build_context
 from memory.selectors import NodeSelector
-from memory import services
 from tenants.context import tenant_context
 from tenants.models import Workspace
 from tenants.services import workspace_create
@@ -67,8 +66,6 @@ class MessagesApi(MemoryApiView):
                    responses={201: s.MessageListSerializer, **ERRORS})
     def post(self, request: Request) -> Response:
         data = _parse(s.MessageCaptureSerializer, request.data)
-        if self.principal.read_only:
-            raise Forbidden("This key is read-only.")
         viewer = self.viewer(workspace_ref=data.get("workspace_id"), session_id=data["session_id"],
                              user_ref=data.get("user_id"))
         stored = services.message_append_batch(viewer=viewer, session_id=data["session_id"],
@@ -242,8 +239,6 @@ class SummariesApi(MemoryApiView):
                    responses={201: s.SummarySerializer, **ERRORS})
     def post(self, request: Request) -> Response:
         data = _parse(s.SummaryCreateSerializer, request.data)
-        if self.principal.read_only:
-            raise Forbidden("This key is read-only.")
         viewer = self.viewer(workspace_ref=data.get("workspace_id"), session_id=data["session_id"])
         summary = services.summary_append(viewer=viewer, session_id=data["session_id"], data=data)
         return Response(summary_to_api(summary), status=201)
