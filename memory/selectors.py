@@ -96,22 +96,8 @@ def node_history(*, viewer: Viewer, node_id: str | UUID) -> NodeHistory:
     node = node_get(viewer=viewer, node_id=node_id)
     with tenant_context(viewer.tenant):
         nodes = accessible_nodes(viewer)
-        older: list[MemoryNode] = []
-        cursor = node
-        while cursor.supersedes_id is not None and len(older) < 1000:
-            previous = nodes.filter(pk=cursor.supersedes_id).first()
-            if previous is None:
-                break
-            older.append(previous)
-            cursor = previous
-        newer: list[MemoryNode] = []
-        cursor = node
-        while len(newer) < 1000:
-            following = nodes.filter(supersedes_id=cursor.pk).first()
-            if following is None:
-                break
-            newer.append(following)
-            cursor = following
+        older = supersede_chain_walk(nodes, [node], direction="older", limit=1000)
+        newer = supersede_chain_walk(nodes, [node], direction="newer", limit=1000)
         chain = [*reversed(older), node, *newer]
         events = list(
             MemoryAuditEvent.objects.filter(tenant=viewer.tenant, node_id__in=[n.pk for n in chain])
@@ -237,3 +223,28 @@ def tenant_kinds(*, tenant: Tenant) -> dict[str, KindSpec]:
         )
         for row in rows
     }
+
+
+def supersede_chain_walk(nodes: QuerySet[MemoryNode], start: list[MemoryNode], *, direction: str,
+                         limit: int | None = None) -> list[MemoryNode]:
+    """Return the revisions older (via `supersedesId`) or newer than `start`, nearest first, from `nodes`.
+
+    One query per link of the chain, whatever the number of starting nodes; a link missing from
+    `nodes` (another viewer's, or gone) ends that chain. Call inside the tenant context.
+    """
+    if direction not in ("older", "newer"):
+        raise ValueError("direction is 'older' or 'newer'")
+    seen = {node.pk for node in start}
+    found: list[MemoryNode] = []
+    frontier = list(start)
+    while frontier and (limit is None or len(found) < limit):
+        if direction == "older":
+            links = nodes.filter(pk__in=[node.supersedes_id for node in frontier if node.supersedes_id])
+        else:
+            links = nodes.filter(supersedes_id__in=[node.pk for node in frontier])
+        frontier = [node for node in links.order_by("created_at", "pk") if node.pk not in seen]
+        if limit is not None:
+            frontier = frontier[:limit - len(found)]
+        seen.update(node.pk for node in frontier)
+        found.extend(frontier)
+    return found

@@ -27,10 +27,6 @@ class Tenant(models.Model):
         return self.slug
 
 
-class TenantScopedQuerySet(models.QuerySet):
-    pass
-
-
 class TenantScopedManager(models.Manager):
     """Default manager of tenant-owned models: filters to the bound tenant, raises when none is bound."""
 

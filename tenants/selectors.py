@@ -12,7 +12,8 @@ class TenantObjectNotFound(LookupError):
     """The id names nothing in this tenant (it may exist in another one: callers answer 404 either way)."""
 
 
-def workspace_resolve(*, tenant: Tenant, ref: str | int | None, default: Workspace | None = None) -> Workspace:
+def workspace_resolve(*, tenant: Tenant, ref: str | int | None,
+                      default: Workspace | None = None) -> Workspace:
     """Return the tenant's workspace named by id or slug (the `default` workspace when `ref` is empty)."""
     with tenant_context(tenant):
         if ref in (None, ""):
@@ -38,10 +39,3 @@ def member_resolve(*, tenant: Tenant, username: str) -> AbstractBaseUser:
     if membership is None:
         raise TenantObjectNotFound(f"No member {username!r}.")
     return membership.user
-
-
-def membership_for(*, tenant: Tenant, user: AbstractBaseUser) -> Membership | None:
-    with tenant_context(tenant):
-        return Membership.objects.filter(tenant=tenant, user=user).first()
-
-

@@ -222,3 +222,79 @@ def test_scope_choices_are_the_rules_vocabulary():
     assert tuple(Scope.values) == SCOPES
     assert [str(scope) for scope in WRITABLE_CHOICES] == list(AGENT_WRITABLE_SCOPES)
     assert "global" not in AGENT_WRITABLE_SCOPES
+
+
+# --------------------------------------------------------------------------- the writer tripwire
+
+# Modules that may create, update or delete memory rows (messages, summaries, nodes, audit events, kinds).
+WRITERS_ALLOWED = {
+    "memory/services/": "the services own every write to memory rows",
+}
+# TEMPORARY: modules that still write memory rows themselves. Each owner removes its entry when the
+# module calls memory.services instead; the test below fails for an entry that no longer writes.
+WRITERS_TEMPORARILY_ALLOWED = {
+    "memory/transfer/sqlite_io.py": "TEMPORARY: the SQLite import moves its writes into memory.services",
+    "memory/transfer/jsonl.py": "TEMPORARY: the JSONL import moves its message writes into memory.services",
+    "memory/management/commands/reembed.py":
+        "TEMPORARY: --alter-column resets embedding_model in raw SQL; belongs in memory.services.embeddings",
+}
+
+
+def _memory_writers() -> dict[str, list[tuple[int, str]]]:
+    from tests.writer_scan import annotated_memory_names, memory_writes
+
+    files = _python_files("ekko_site", "memory", "tenants")
+    trees = {path: ast.parse(path.read_text(encoding="utf-8")) for path in files}
+    functions, fields = annotated_memory_names(trees.values())
+    found = {str(path.relative_to(ROOT)): memory_writes(tree, functions=functions, fields=fields)
+             for path, tree in trees.items()}
+    return {path: writes for path, writes in found.items() if writes}
+
+
+def test_only_the_services_write_memory_rows():
+    writers = _memory_writers()
+    unlisted = {
+        path: [f"line {line}: {code}" for line, code in writes] for path, writes in writers.items()
+        if not any(path.startswith(prefix) for prefix in WRITERS_ALLOWED)
+        and path not in WRITERS_TEMPORARILY_ALLOWED
+    }
+    assert not unlisted, (
+        f"These modules write memory rows themselves: {unlisted}. Call a memory.services function instead "
+        "(it applies the rules, the guards and the audit event); add a service if none fits."
+    )
+    stale = sorted(set(WRITERS_TEMPORARILY_ALLOWED) - set(writers))
+    assert not stale, f"{stale} no longer write memory rows: remove them from WRITERS_TEMPORARILY_ALLOWED"
+
+
+WRITER_SCAN_CASES = [
+    ("MemoryNode.objects.filter(pk=1).update(title='x')", True),
+    ("MemoryNode.all_tenants.filter(pk=1).delete()", True),
+    ("nodes = MemoryNode.objects.filter(tenant=t)\nnodes.update(status='deleted')", True),
+    ("for node in MemoryNode.objects.all():\n    node.save()", True),
+    ("node = MemoryNode(title='x')\nnode.save()", True),
+    ("def f(node: MemoryNode):\n    node.delete()", True),
+    ("node_get(viewer=v, node_id=1).save()", True),
+    ("selectors.node_get(viewer=v, node_id=1).delete()", True),
+    ("MemoryAuditEvent.objects.bulk_create(events)", True),
+    ("MemoryKind.objects.get_or_create(name='x')", True),
+    ("result.node.save()", True),
+    ("cursor.execute('DELETE FROM memory_memorynode WHERE id = %s', [1])", True),
+    ("cursor.execute(f'UPDATE {MemoryNode._meta.db_table} SET title = %s', ['x'])", True),
+    ("table = MemoryMessage._meta.db_table\ncursor.execute(f'INSERT INTO {table} VALUES (1)')", True),
+    ("def put(table):\n    run(f'INSERT INTO {table} VALUES (1)')\nput('memory_memorysummary')", True),
+    ("titles = {}\ntitles.update(MemoryNode.objects.values_list('pk', 'title'))", False),
+    ("run.save()\nExtractionRun.objects.filter(pk=1).update(status='done')", False),
+    ("digest.update(node.title.encode())", False),
+    ("cursor.execute('SELECT id FROM memory_memorynode')", False),
+    ("cursor.execute('INSERT INTO memory_nodes (id) VALUES (?)')", False),  # the SQLite export file
+    ("seen = {node.pk for node in MemoryNode.objects.all()}\nseen.update([1])", False),
+]
+
+
+@pytest.mark.parametrize(("source", "writes"), WRITER_SCAN_CASES, ids=[c[0][:40] for c in WRITER_SCAN_CASES])
+def test_the_writer_scan_sees_writes_anywhere_and_only_writes(source, writes):
+    from tests.writer_scan import memory_writes
+
+    module = "from memory.models import MemoryAuditEvent, MemoryKind, MemoryMessage, MemoryNode\n" + source
+    found = memory_writes(ast.parse(module), functions={"node_get"}, fields={"node"})
+    assert bool(found) == writes, f"{source!r}: found {found}"

@@ -74,8 +74,6 @@ class MessagesApi(MemoryApiView):
                    responses={201: s.MessageListSerializer, **ERRORS})
     def post(self, request: Request) -> Response:
         data = _parse(s.MessageCaptureSerializer, request.data)
-        if self.principal.read_only:
-            raise Forbidden("This key is read-only.")
         viewer = self.viewer(workspace_ref=data.get("workspace_id"), session_id=data["session_id"],
                              user_ref=data.get("user_id"))
         stored = services.message_append_batch(viewer=viewer, session_id=data["session_id"],
@@ -253,8 +251,6 @@ class SummariesApi(MemoryApiView):
                    responses={201: s.SummarySerializer, **ERRORS})
     def post(self, request: Request) -> Response:
         data = _parse(s.SummaryCreateSerializer, request.data)
-        if self.principal.read_only:
-            raise Forbidden("This key is read-only.")
         viewer = self.viewer(workspace_ref=data.get("workspace_id"), session_id=data["session_id"])
         summary = services.summary_append(viewer=viewer, session_id=data["session_id"], data=data)
         return Response(summary_to_api(summary), status=201)

@@ -16,9 +16,9 @@ from django.utils import timezone
 
 from memory.errors import Forbidden, Invalid, NotFound, RequiresConfirmation, RevisionConflict
 from memory.models import AuditEventType, MemoryAuditEvent, MemoryNode, NodeStatus
-from memory.selectors import NodeSelector, accessible_nodes, parse_node_id, selector_q
+from memory.selectors import NodeSelector, accessible_nodes, parse_node_id, selector_q, supersede_chain_walk
 from memory.services.audit import audit_node_change
-from memory.services.guards import require_write_scope, require_writer
+from memory.services.guards import require_node_writable, require_writer
 from memory.visibility import Viewer
 from tenants.context import tenant_context
 
@@ -46,7 +46,7 @@ def node_forget(*, viewer: Viewer, request: ForgetRequest) -> list[UUID]:
     with tenant_context(viewer.tenant):
         nodes = _forget_targets(viewer, request)
         for node in nodes:
-            require_write_scope(viewer, node.scope)
+            require_node_writable(viewer, node)
         forgotten = [node.pk for node in nodes]
         if request.mode == "hard":
             _hard_delete(viewer, nodes, reason=request.reason)
@@ -95,12 +95,8 @@ def _forget_targets(viewer: Viewer, request: ForgetRequest) -> list[MemoryNode]:
 
 def _hard_delete(viewer: Viewer, nodes: list[MemoryNode], *, reason: str) -> None:
     """Delete rows with their index entries and vectors, older revisions included; audit keeps no content."""
-    doomed: dict[UUID, MemoryNode] = {node.pk: node for node in nodes}
-    frontier = [node.supersedes_id for node in nodes if node.supersedes_id]
-    while frontier:
-        older = list(MemoryNode.objects.filter(tenant=viewer.tenant, pk__in=frontier).exclude(pk__in=doomed))
-        doomed.update({node.pk: node for node in older})
-        frontier = [node.supersedes_id for node in older if node.supersedes_id]
+    older = supersede_chain_walk(MemoryNode.objects.filter(tenant=viewer.tenant), nodes, direction="older")
+    doomed: dict[UUID, MemoryNode] = {node.pk: node for node in [*nodes, *older]}
     for node in doomed.values():
         audit_node_change(viewer=viewer, event_type=AuditEventType.DELETE, node=node, reason=reason,
                           payload={"mode": "hard"})
@@ -124,7 +120,7 @@ def node_restore(*, viewer: Viewer, node_id: Any, expected_revision: int, reason
                 currentRevision=node.revision)
         if node.status != NodeStatus.DELETED:
             raise Invalid(f"Only forgotten memories can be restored; this one is {node.status}.")
-        require_write_scope(viewer, node.scope)
+        require_node_writable(viewer, node)
         if MemoryNode.objects.filter(tenant=viewer.tenant, scope=node.scope, owner_ref=node.owner_ref,
                                      key=node.key, status=NodeStatus.ACTIVE).exists():
             raise Invalid("Another active memory holds this slot now; forget or supersede it first.")

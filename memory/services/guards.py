@@ -1,14 +1,19 @@
 """Who may write what: the checks every write service runs, whatever called it (API, pages, pipeline, import).
 
 One function per guard, each raising the API error a refusal maps to. The viewer carries what the
-edge resolved (read-only flag, write scopes, workspace pin, person restriction); these guards turn
-it into a yes or a no. Extraction requests and imports call them too, so no write path has its
-own copy of a rule.
+edge resolved — the read-only flag, the write scopes, an API key's workspace pin, a person's
+restriction to their own workspaces and cards — and these guards turn it into a yes or a no, so
+no write path keeps its own copy of a rule. Extraction requests and imports call them too.
+
+A person outside the rule gets the answer a foreign id gets (404: "missing" and "not yours" look
+alike); an API key outside its pin or scopes gets 403, as API.md says.
 """
 
 from __future__ import annotations
 
-from memory.errors import Forbidden, TooLarge
+from typing import Any
+
+from memory.errors import Forbidden, NotFound, TooLarge
 from memory.visibility import Viewer
 from tenants.models import Scope
 
@@ -36,7 +41,40 @@ def require_write_scope(viewer: Viewer, scope: str, *, field: str = "node.scope"
                         errors={field: [f"allowed: {', '.join(sorted(viewer.write_scopes))}"]})
 
 
+def _restricted(viewer: Viewer) -> bool:
+    return viewer.restrict_to_person and not viewer.whole_tenant
+
+
 def require_workspace_reachable(viewer: Viewer, workspace_id: int) -> None:
-    """Refuse a write into a workspace outside the caller's pin."""
+    """Refuse a write into a workspace outside an API key's pin or outside a person's memberships."""
     if viewer.pinned_workspace_id not in (None, workspace_id):
         raise Forbidden("This API key is pinned to another workspace.")
+    if _restricted(viewer) and workspace_id not in viewer.member_workspace_ids:
+        raise NotFound(f"No workspace {workspace_id!r}.")
+
+
+def require_acting_for(viewer: Viewer, user_id: int | None, *, username: str | None = None) -> None:
+    """Refuse a person's write for someone else (owners and admins may act for other members)."""
+    if user_id is None or not _restricted(viewer):
+        return
+    if viewer.user is None or viewer.user.pk != user_id:
+        raise NotFound(f"No member {username!r}." if username else "No such member.")
+
+
+def require_node_writable(viewer: Viewer, node: Any) -> None:
+    """Refuse a change to an existing card the caller may not write (scope, pin, workspace, owner)."""
+    require_write_scope(viewer, node.scope)
+    if node.scope == Scope.GLOBAL:
+        return
+    if node.scope != Scope.USER or viewer.pinned_workspace_id is not None:
+        # A user-scope card follows its person across workspaces; only a key's pin narrows it.
+        require_workspace_reachable(viewer, node.workspace_id)
+    if node.scope == Scope.USER:
+        require_acting_for(viewer, node.user_id)
+
+
+def require_capture_allowed(viewer: Viewer) -> None:
+    """Refuse evidence capture (messages, summaries) outside what the caller may write."""
+    require_writer(viewer)
+    require_workspace_reachable(viewer, viewer.workspace.pk)
+    require_acting_for(viewer, viewer.user.pk if viewer.user is not None else None)

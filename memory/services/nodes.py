@@ -43,7 +43,9 @@ from memory.selectors import accessible_nodes, parse_node_id, tenant_kinds
 from memory.services.audit import audit_node_change
 from memory.services.events import nodes_written_announce
 from memory.services.guards import (
+    require_acting_for,
     require_batch_size,
+    require_node_writable,
     require_workspace_reachable,
     require_write_scope,
     require_writer,
@@ -118,16 +120,17 @@ class _WriteContext:
             workspace = workspace_resolve(tenant=self.viewer.tenant, ref=ref)
         except TenantObjectNotFound as exc:
             raise NotFound(str(exc)) from exc
-        require_workspace_reachable(self.viewer, workspace.pk)
         return workspace
 
     def user(self, username: str | None) -> AbstractBaseUser | None:
         if not username:
             return self.viewer.user
         try:
-            return member_resolve(tenant=self.viewer.tenant, username=username)
+            user = member_resolve(tenant=self.viewer.tenant, username=username)
         except TenantObjectNotFound as exc:
             raise NotFound(str(exc)) from exc
+        require_acting_for(self.viewer, user.pk, username=username)
+        return user
 
 
 def _search_text(node: MemoryNode) -> str:
@@ -171,6 +174,7 @@ def _prepare_node(ctx: _WriteContext, draft: dict[str, Any], *,
         raise from_schema_error(exc) from exc
     workspace = ctx.workspace(draft.get("workspace_id")) if draft.get("workspace_id") or base is None else (
         base.workspace)
+    require_workspace_reachable(ctx.viewer, workspace.pk)
     session_id = draft.get("session_id") or (base.session_id if base is not None else None) or (
         ctx.evidence.session_id or ctx.viewer.session_id)
     user = (ctx.user(draft.get("user_id")) if draft.get("user_id") or base is None or base.user_id is None
@@ -248,7 +252,7 @@ def _locked_target(ctx: _WriteContext, target_id: Any, expected_revision: int | 
     if node.status != NodeStatus.ACTIVE:
         raise Invalid(f"Memory {node.pk} is {node.status}; only active memories change.",
                       errors={f"operations[{index}].targetId": [f"status is {node.status}"]})
-    require_write_scope(ctx.viewer, node.scope)
+    require_node_writable(ctx.viewer, node)
     return node
 
 

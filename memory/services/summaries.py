@@ -8,17 +8,40 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from memory.errors import Invalid, NotFound, RevisionConflict
+from memory.errors import Invalid, NotFound, RevisionConflict, SensitiveContent
 from memory.models import MemoryMessage, MemorySummary
+from memory.rules.sensitive import find_sensitive_content
+from memory.services.guards import require_capture_allowed
 from memory.visibility import Viewer
 from tenants.context import tenant_context
 
 SUMMARY_LIST_FIELDS = (
     "constraints", "preferences", "decisions", "completed_work", "pending_work", "known_issues")
+# Every text a summary carries, by its API field name (the sensitive-content guard reads them all).
+_SUMMARY_TEXT_FIELDS = {
+    "summary": "summary", "current_goal": "currentGoal", "constraints": "constraints",
+    "preferences": "preferences", "decisions": "decisions", "completed_work": "completedWork",
+    "pending_work": "pendingWork", "known_issues": "knownIssues",
+}
+
+
+def _refuse_sensitive(data: dict[str, Any]) -> None:
+    for name, api_name in _SUMMARY_TEXT_FIELDS.items():
+        value = data.get(name)
+        texts = value if isinstance(value, list | tuple) else [value]
+        reason = find_sensitive_content(*(text for text in texts if isinstance(text, str)))
+        if reason:
+            raise SensitiveContent(
+                f"Refused: the summary carries a secret or personal identifier ({reason}) in {api_name}. "
+                "Leave it out of the summary.",
+                errors={api_name: [reason]},
+            )
 
 
 def summary_append(*, viewer: Viewer, session_id: str, data: dict[str, Any]) -> MemorySummary:
     """Append a summary to the session's chain; it links to the latest one (a stale parent → 409)."""
+    require_capture_allowed(viewer)
+    _refuse_sensitive(data)
     with tenant_context(viewer.tenant):
         latest = (
             MemorySummary.objects.select_for_update()
