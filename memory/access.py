@@ -16,9 +16,10 @@ resolves a `Principal` once — tenant, actor, write rights, pin, role — and t
   API keys export (pinned keys only their workspace). Imports need owner/admin or a writable key.
 
 The decision is carried by the Viewer (`restrict_to_person`, `member_workspace_ids`,
-`pinned_workspace_id`); its predicates `Viewer.refuse_workspace` / `Viewer.refuse_person`
-(memory.visibility) are what the write services call for the workspaces and users named inside
-an operation, so services apply the same rule without importing this edge module.
+`pinned_workspace_id`); the predicates that turn it into a yes or a no are
+`memory.services.guards.require_workspace_reachable` / `require_acting_for`, which this edge
+calls for what a request names and the write services call again for what an operation names,
+so there is one copy of the rule and services apply it without importing this edge module.
 This module may import tenants, memory.errors, memory.visibility, memory.selectors and
 memory.transfer (for the download); nothing below the edge imports it.
 """
@@ -38,6 +39,7 @@ from django.http import FileResponse
 
 from memory.errors import NotFound
 from memory.selectors import session_check
+from memory.services.guards import require_acting_for, require_workspace_reachable
 from memory.transfer.sqlite_io import workspace_export_sqlite
 from memory.visibility import Viewer
 from tenants.context import all_tenants_context, tenant_context
@@ -175,7 +177,7 @@ def viewer_for(
         restrict_to_person=principal.restrict_to_person,
         member_workspace_ids=member_ids,
     )
-    viewer.refuse_workspace(workspace, ref=workspace_ref)
+    require_workspace_reachable(viewer, workspace.pk, ref=workspace_ref)
     session_check(viewer, viewer.session_id)
     if user_ref:
         user = person_named(viewer, user_ref)
@@ -196,7 +198,7 @@ def workspace_named(viewer: Viewer, ref: str | int | None) -> Workspace:
     if ref in (None, ""):
         return viewer.workspace
     workspace = _workspace(viewer.tenant, ref)
-    viewer.refuse_workspace(workspace, ref=ref)
+    require_workspace_reachable(viewer, workspace.pk, ref=ref)
     return workspace
 
 
@@ -206,7 +208,7 @@ def person_named(viewer: Viewer, username: str | None) -> AbstractBaseUser | Non
         return viewer.user
     if viewer.user is not None and username == viewer.user.get_username():
         return viewer.user
-    viewer.refuse_person(username)
+    require_acting_for(viewer, username=username)
     try:
         return member_resolve(tenant=viewer.tenant, username=username)
     except TenantObjectNotFound as exc:

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Q
 
-from memory.errors import Forbidden, NotFound
 from tenants.models import Scope, Tenant, Workspace
 
 
@@ -39,23 +38,6 @@ class Viewer:
     def __post_init__(self) -> None:
         if self.workspace.tenant_id != self.tenant.pk:
             raise ValueError("The viewer's workspace belongs to another tenant.")
-
-    def refuse_workspace(self, workspace: Workspace, *, ref: object = None) -> None:
-        """Raise unless this caller may name `workspace` (memory.access's rule; `ref` is how it was named).
-
-        A key's pin answers 403 (the key's own limit); a workspace a person does not belong to
-        answers 404 with the words of a missing one, so membership does not leak.
-        """
-        if self.pinned_workspace_id is not None and workspace.pk != self.pinned_workspace_id:
-            raise Forbidden("This API key is pinned to another workspace.")
-        if self.restrict_to_person and workspace.pk not in self.member_workspace_ids:
-            raise NotFound(f"No workspace {(workspace.pk if ref in (None, '') else ref)!r}.")
-
-    def refuse_person(self, username: str) -> None:
-        """Raise NotFound (like an unknown member) when a person without owner/admin names someone else."""
-        own = self.user.get_username() if self.user is not None else None
-        if self.restrict_to_person and username != own:
-            raise NotFound(f"No member {username!r}.")
 
     def for_user(self, user: AbstractBaseUser | None) -> Viewer:
         """Return this viewer speaking for `user` (someone the rule lets it act for)."""

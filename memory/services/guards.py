@@ -45,19 +45,30 @@ def _restricted(viewer: Viewer) -> bool:
     return viewer.restrict_to_person and not viewer.whole_tenant
 
 
-def require_workspace_reachable(viewer: Viewer, workspace_id: int) -> None:
-    """Refuse a write into a workspace outside an API key's pin or outside a person's memberships."""
+def require_workspace_reachable(viewer: Viewer, workspace_id: int, *, ref: object = None) -> None:
+    """Refuse a workspace outside an API key's pin (403) or outside a person's memberships (404).
+
+    `ref` is how the caller named the workspace: the 404 repeats it, in the words of a missing one,
+    so membership does not leak.
+    """
     if viewer.pinned_workspace_id not in (None, workspace_id):
         raise Forbidden("This API key is pinned to another workspace.")
     if _restricted(viewer) and workspace_id not in viewer.member_workspace_ids:
-        raise NotFound(f"No workspace {workspace_id!r}.")
+        raise NotFound(f"No workspace {(workspace_id if ref in (None, '') else ref)!r}.")
 
 
-def require_acting_for(viewer: Viewer, user_id: int | None, *, username: str | None = None) -> None:
-    """Refuse a person's write for someone else (owners and admins may act for other members)."""
-    if user_id is None or not _restricted(viewer):
+def require_acting_for(viewer: Viewer, user_id: int | None = None, *, username: str | None = None) -> None:
+    """Refuse a person's read or write for someone else (owners and admins may act for other members).
+
+    Pass the member's id, or only the username when it is not resolved yet: an unknown member and
+    someone else then get the same 404.
+    """
+    if not _restricted(viewer) or (user_id is None and not username):
         return
-    if viewer.user is None or viewer.user.pk != user_id:
+    if viewer.user is None:
+        raise NotFound(f"No member {username!r}." if username else "No such member.")
+    same = viewer.user.pk == user_id if user_id is not None else viewer.user.get_username() == username
+    if not same:
         raise NotFound(f"No member {username!r}." if username else "No such member.")
 
 

@@ -125,12 +125,12 @@ class _WriteContext:
     def user(self, username: str | None) -> AbstractBaseUser | None:
         if not username:
             return self.viewer.user
+        # Checked before the lookup: an unknown member and someone else answer alike.
+        require_acting_for(self.viewer, username=username)
         try:
-            user = member_resolve(tenant=self.viewer.tenant, username=username)
+            return member_resolve(tenant=self.viewer.tenant, username=username)
         except TenantObjectNotFound as exc:
             raise NotFound(str(exc)) from exc
-        require_acting_for(self.viewer, user.pk, username=username)
-        return user
 
 
 def _search_text(node: MemoryNode) -> str:
