@@ -235,8 +235,6 @@ WRITERS_ALLOWED = {
 WRITERS_TEMPORARILY_ALLOWED = {
     "memory/transfer/sqlite_io.py": "TEMPORARY: the SQLite import moves its writes into memory.services",
     "memory/transfer/jsonl.py": "TEMPORARY: the JSONL import moves its message writes into memory.services",
-    "memory/management/commands/reembed.py":
-        "TEMPORARY: --alter-column resets embedding_model in raw SQL; belongs in memory.services.embeddings",
 }
 
 

@@ -11,6 +11,7 @@ import json
 import logging
 from collections.abc import Sequence
 
+from django.db import connections
 from django.db.models import Q
 from django.db.models.functions import Length
 
@@ -94,3 +95,30 @@ def embed_missing(*, limit_per_tenant: int = 2000) -> int:
         if message_pks:
             total += messages_embed(tenant_id=tenant_id, message_pks=message_pks)
     return total
+
+
+VECTOR_TABLES = {  # table → its HNSW index (memory/models.py)
+    MemoryNode._meta.db_table: "node_embedding_hnsw",
+    MemoryMessage._meta.db_table: "message_embedding_hnsw",
+}
+
+
+def vector_column_dimensions() -> int:
+    """Return how many dimensions the vector columns hold now."""
+    with connections["default"].cursor() as cursor:
+        cursor.execute(
+            "SELECT atttypmod FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'embedding'",
+            [MemoryNode._meta.db_table],
+        )
+        return cursor.fetchone()[0]
+
+
+def vector_columns_resize(*, dimensions: int) -> None:
+    """Give every vector column `dimensions` (as the owner: it is DDL); drops every vector for a rebuild."""
+    with connections["owner"].cursor() as cursor:
+        for table, index in VECTOR_TABLES.items():
+            cursor.execute(f'DROP INDEX IF EXISTS "{index}"')
+            cursor.execute(f'ALTER TABLE "{table}" ALTER COLUMN embedding TYPE vector({dimensions}) USING NULL')
+            cursor.execute(f"UPDATE \"{table}\" SET embedding_model = ''")
+            cursor.execute(f'CREATE INDEX "{index}" ON "{table}" USING hnsw (embedding vector_cosine_ops) '
+                           "WITH (m = 16, ef_construction = 64)")

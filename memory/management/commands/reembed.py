@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connections
 from tqdm import tqdm
 
-from memory.models import MemoryMessage, MemoryNode
+from memory.models import MemoryNode
 from memory.search.embeddings import get_provider
-from memory.services.embeddings import BATCH, embeddable_messages, messages_embed, nodes_embed, stale_vector_q
+from memory.services.embeddings import (
+    BATCH,
+    embeddable_messages,
+    messages_embed,
+    nodes_embed,
+    stale_vector_q,
+    vector_column_dimensions,
+    vector_columns_resize,
+)
 from tenants.context import tenant_context
 from tenants.models import Tenant
-
-VECTOR_TABLES = {  # table → its HNSW index (memory/models.py)
-    MemoryNode._meta.db_table: "node_embedding_hnsw",
-    MemoryMessage._meta.db_table: "message_embedding_hnsw",
-}
 
 
 class Command(BaseCommand):
@@ -30,14 +32,15 @@ class Command(BaseCommand):
 
     def handle(self, *args, tenant: str | None, all: bool, alter_column: bool, **options) -> None:  # noqa: A002
         provider = get_provider()
-        column_dimensions = self._column_dimensions()
+        column_dimensions = vector_column_dimensions()
         if column_dimensions != provider.dimensions:
             if not alter_column:
                 raise CommandError(
                     f"The vector columns hold {column_dimensions} dimensions but {provider.model_id} makes "
                     f"{provider.dimensions}. Run again with --alter-column (it drops all vectors) and set "
                     f"EKKO_EMBEDDING_DIM={provider.dimensions} everywhere.")
-            self._alter_columns(provider.dimensions)
+            vector_columns_resize(dimensions=provider.dimensions)
+            self.stdout.write(f"Vector columns now hold {provider.dimensions} dimensions.")
         tenants = Tenant.objects.filter(slug=tenant) if tenant else Tenant.objects.all()
         if tenant and not tenants.exists():
             raise CommandError(f"No tenant {tenant!r}.")
@@ -60,19 +63,3 @@ class Command(BaseCommand):
                     done += messages_embed(tenant_id=current.pk, message_pks=message_pks[start:start + BATCH])
                     progress.update(len(message_pks[start:start + BATCH]))
         self.stdout.write(f"Re-embedded {done} row(s) with {provider.model_id} ({provider.dimensions} dimensions).")
-
-    def _column_dimensions(self) -> int:
-        with connections["default"].cursor() as cursor:
-            cursor.execute("SELECT atttypmod FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'embedding'",
-                           [MemoryNode._meta.db_table])
-            return cursor.fetchone()[0]
-
-    def _alter_columns(self, dimensions: int) -> None:
-        with connections["owner"].cursor() as cursor:
-            for table, index in VECTOR_TABLES.items():
-                cursor.execute(f'DROP INDEX IF EXISTS "{index}"')
-                cursor.execute(f'ALTER TABLE "{table}" ALTER COLUMN embedding TYPE vector({dimensions}) USING NULL')
-                cursor.execute(f"UPDATE \"{table}\" SET embedding_model = ''")
-                cursor.execute(f'CREATE INDEX "{index}" ON "{table}" USING hnsw (embedding vector_cosine_ops) '
-                               "WITH (m = 16, ef_construction = 64)")
-        self.stdout.write(f"Vector columns now hold {dimensions} dimensions.")
