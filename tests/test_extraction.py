@@ -7,6 +7,7 @@ those callbacks inside the test transaction. Tenant B always holds the same word
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from datetime import UTC, datetime, timedelta
@@ -16,6 +17,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from memory.errors import Forbidden
 from memory.models import ExtractionRun, MemoryAuditEvent, MemoryMessage, MemoryNode, MemorySummary
 from memory.pipeline import runs as extraction
 from memory.pipeline import tasks
@@ -30,7 +32,7 @@ from memory.services.messages import message_append_batch
 from memory.visibility import Viewer
 from tenants.context import tenant_context
 from tests.api_client import api_for
-from tests.memory_factories import default_workspace
+from tests.memory_factories import default_workspace, make_workspace
 
 _ids = itertools.count(1)
 NOW = datetime(2025, 5, 1, 10, 0, tzinfo=UTC)
@@ -685,6 +687,21 @@ def test_post_extract_answers_202_and_the_task_shows_done_with_results(
         == other.get("extract/00000000-0000-0000-0000-000000000000", expect=404)
         == other.get("extract/nope", expect=404)
     )
+
+
+def test_extraction_request_refuses_read_only_and_out_of_pin_viewers_whoever_calls_it(tenant_a, tenant_b):
+    writer = viewer_for(tenant_a, "alice")
+    capture(tenant_a, "alice", "s1", "记住，我以后做饭不要香菜。")
+    with pytest.raises(Forbidden, match="read-only"):
+        extraction_request(viewer=dataclasses.replace(writer, read_only=True), session_id="s1")
+    elsewhere = make_workspace(tenant=tenant_a, name="Hermes")
+    pinned = dataclasses.replace(writer, pinned_workspace_id=elsewhere.pk)
+    with pytest.raises(Forbidden, match="pinned"):
+        extraction_request(viewer=pinned, session_id="s1")
+    for tenant in (tenant_a, tenant_b):
+        with tenant_context(tenant):
+            assert not ExtractionRun.objects.filter(tenant=tenant).exists()
+    assert extraction_request(viewer=writer, session_id="s1").status == "queued"
 
 
 def test_post_extract_twice_while_queued_returns_the_same_task(client, tenant_a):

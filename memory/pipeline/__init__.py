@@ -5,12 +5,13 @@ finish or fail, the retry sweep), *applying a plan* through the write service (`
 session's *summary step* (`summary_chain`), the plan format (`plans`), the gating of messages
 (`gating`) and shared text helpers (`sentences`), the *rule-based extractor* split by topic
 (`extractors/`), the OpenAI-compatible *chat model* (`chat_model`), the rule-based *summarizer*
-(`summaries`), and the Celery *tasks* (one-line adapters) with the post-commit hooks that queue
-them (`background`).
+(`summaries`), and the Celery *tasks* (one-line adapters) with the receivers of the services'
+after-commit signals that queue them (`background`).
 
 It may import `memory.services` (every write goes through them), `memory.rules`,
 `memory.selectors`, `memory.visibility` and `memory.search` for reading, `memory.models` and
 `tenants`; never `memory.api`, `memory.pages` or `memory.transfer`. The pure modules (`plans`,
-`gating`, `sentences`, `extractors`, `summaries`) import no ORM. Services reach the pipeline only
-through `background` and `tasks`, imported lazily, so there is no import circle.
+`gating`, `sentences`, `extractors`, `summaries`) import no ORM. The pipeline writes no memory row
+itself (only its own `ExtractionRun` state); the services never import the pipeline, they announce
+committed writes through `memory.services.events`.
 """

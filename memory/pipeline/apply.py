@@ -1,13 +1,17 @@
-"""Applying an extraction plan: each item through the node write service, as the system actor.
+"""Applying an extraction plan: every item through the node write service, as the system actor.
 
-`plan_apply` writes a plan's items one by one, each in its own savepoint, through
-`memory.services.nodes.node_write_batch` as `system:extractor`, so the same rules and the same
-audit apply as for the API. An item that breaks a rule (sensitive content, a bad kind, a stale
-target) is skipped with its code and reason; the others still apply. Items that restate what is
-already remembered are no-ops. Each item's outcome is reported (`applied | noop | skipped |
-ignored`) with secrets redacted. `RunInput` is what the run read: the messages, their authors and
-roles, the tenant's kinds; it decides whose memory an item is (the author of its first cited user
-message) and whether the user stated it (the item quotes a cited user message verbatim). Called
+`plan_apply` works in three steps. (1) Each plan item is read into a pending write — the run
+decides whose memory it is (the author of its first cited user message, else the run's user),
+whether the user stated it (the item quotes a cited user message verbatim) and which known card it
+targets — or straight into a report entry (unreadable, `ignore`, a target the session cannot
+reach). (2) All pending writes go to `memory.services.node_write_bulk` in one call with
+`skip_invalid`, each as `system:extractor` on behalf of its author, so every rule of the API's
+`memory/write` holds: canonical key, scope policy, confidence contract, sensitive content, the
+same-content test (a restatement is a noop, new content supersedes the slot), revisions, audit.
+A refused write is rolled back to its savepoint and reported as skipped with its code; the others
+still apply. (3) Each outcome becomes the item's report entry (`applied | noop | skipped |
+ignored`), secrets redacted. A check that makes the extractor leave a slot alone belongs in
+step 1, where an item has its author, operation and target but nothing is written yet. Called
 inside the run's transaction by `memory.pipeline.runs`.
 """
 
@@ -18,21 +22,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
 
-from memory.errors import MemoryServiceError, NotFound
+from memory.errors import MemoryServiceError
 from memory.models import MemoryNode, NodeStatus, Role
 from memory.pipeline.plans import PlanItem, SourceMessage
 from memory.pipeline.sentences import redact
 from memory.rules.confidence import apply_confidence_contract
 from memory.rules.errors import SchemaError
-from memory.rules.item_keys import canonical_key
 from memory.rules.kinds import KindSpec, resolve_kind
 from memory.rules.scope_policy import AGENT_WRITABLE_SCOPES
-from memory.rules.values import normalize_value
 from memory.selectors import parse_node_id
-from memory.services.nodes import node_write_batch
-from memory.visibility import Viewer, accessible_nodes_q, visible_nodes_q
+from memory.services import BulkOutcome, NodeWrite, node_write_bulk
+from memory.visibility import Viewer, accessible_nodes_q
 from tenants.models import Scope, Tenant, Workspace
 
 __all__ = ["SYSTEM_ACTOR", "RunInput", "plan_apply"]
@@ -77,163 +78,142 @@ class RunInput:
 
 
 def plan_apply(source: RunInput, items: Sequence[PlanItem]) -> list[dict[str, Any]]:
-    """Apply `items` in order, each in its own savepoint; return what happened to each."""
-    applier = _Applier(source)
-    return [applier.apply(index, item) for index, item in enumerate(items)]
+    """Apply `items` in one bulk write, each item in its own savepoint; return what happened to each."""
+    entries: list[dict[str, Any]] = []
+    pending: list[_PendingWrite] = []
+    for index, item in enumerate(items):
+        read = _read_item(source, index, item)
+        if isinstance(read, _PendingWrite):
+            pending.append(read)
+            entries.append(read.entry)
+        else:
+            entries.append(read)
+    outcomes = node_write_bulk(writes=[write.write for write in pending], skip_invalid=True)
+    for write, outcome in zip(pending, outcomes, strict=True):
+        write.entry.update(_outcome_entry(write, outcome))
+    return entries
 
 
-class _Applier:
-    """Apply plan items one by one, each in its own savepoint, recording what happened to each."""
+@dataclass
+class _PendingWrite:
+    """A plan item ready for the write service: its report entry so far, its target, the write."""
 
-    def __init__(self, source: RunInput) -> None:
-        self.source = source
+    entry: dict[str, Any]
+    target: MemoryNode | None
+    write: NodeWrite
+    notes: list[str]
 
-    def _explicit(self, item: PlanItem, ids: list[str]) -> bool:
-        """The user stated it only if the item quotes a cited user message verbatim (5+ characters)."""
-        if not item.explicit_user_intent:
-            return False
-        texts = [m.content for m in self.source.messages if m.message_id in ids and m.role == Role.USER]
-        _, downgraded = apply_confidence_contract(0.9, item.node.get("source_quote"), texts)
-        return not downgraded
 
-    def apply(self, index: int, item: PlanItem) -> dict[str, Any]:
-        ids = [i for i in item.source_message_ids if i in self.source.authors]
-        # Reasons and details may repeat what a model wrote: results never keep a secret.
-        base: dict[str, Any] = {
-            "index": index,
-            "operation": item.operation,
-            "reason": redact(item.reason),
-            "sourceMessageIds": ids,
-        }
-        if item.error:
-            return {**base, "outcome": "skipped", "code": "invalid", "detail": redact(item.error)}
-        if item.operation == "ignore":
-            return {**base, "outcome": "ignored"}
+def _read_item(source: RunInput, index: int, item: PlanItem) -> _PendingWrite | dict[str, Any]:
+    ids = [i for i in item.source_message_ids if i in source.authors]
+    # Reasons and details may repeat what a model wrote: results never keep a secret.
+    entry: dict[str, Any] = {
+        "index": index,
+        "operation": item.operation,
+        "reason": redact(item.reason),
+        "sourceMessageIds": ids,
+    }
+    if item.error:
+        return {**entry, "outcome": "skipped", "code": "invalid", "detail": redact(item.error)}
+    if item.operation == "ignore":
+        return {**entry, "outcome": "ignored"}
+    viewer = source.viewer(source.author(ids))
+    node = dict(item.node)
+    target = None
+    if item.target_id:
         try:
-            return self._write(base, item, ids)
-        except SchemaError as error:
-            return {**base, "outcome": "skipped", "code": error.code, "detail": redact(error.detail)}
-        except MemoryServiceError as error:
-            return {**base, "outcome": "skipped", "code": error.code, "detail": redact(error.detail)}
-
-    def _write(self, base: dict[str, Any], item: PlanItem, ids: list[str]) -> dict[str, Any]:
-        viewer = self.source.viewer(self.source.author(ids))
-        explicit = self._explicit(item, ids)
-        notes = (
-            []
-            if explicit or not item.explicit_user_intent
-            else ["explicit intent not backed by a verbatim quote of the user; treated as inferred"]
-        )
-        node = dict(item.node)
-        operation = item.operation
-        target = None
-        if item.target_id:
             target = MemoryNode.objects.filter(
                 accessible_nodes_q(viewer), pk=parse_node_id(item.target_id)
             ).first()
-            if target is None:
-                raise NotFound("The plan's targetId names no memory this session can reach.")
-        kind_name = node.get("kind") or (target.kind if target is not None else None)
-        base["kind"] = kind_name
-        if operation in ("create", "supersede") and kind_name:
-            spec = resolve_kind(kind_name, self.source.kinds)
-            item_key = node.get("item_key") or (target.item_key if target is not None else None)
-            key = canonical_key(spec, item_key)
-            base["key"] = key
-            scope = node.get("scope") or (target.scope if target is not None else spec.default_scope)
-            if scope == Scope.USER and viewer.user is None:
-                scope = node["scope"] = Scope.SESSION
+        except MemoryServiceError as error:
+            return _skipped(entry, error.code, error.detail)
+        if target is None:
+            return _skipped(entry, "not_found", "The plan's targetId names no memory this session can reach.")
+    entry["kind"] = node.get("kind") or (target.kind if target is not None else None)
+    explicit = _stated_by_the_user(source, item, ids)
+    notes = (
+        []
+        if explicit or not item.explicit_user_intent
+        else ["explicit intent not backed by a verbatim quote of the user; treated as inferred"]
+    )
+    if viewer.user is None and item.operation in ("create", "supersede"):
+        try:
+            if _requested_scope(source, node, target) == Scope.USER:
+                node["scope"] = Scope.SESSION
                 notes.append("no user is known for these messages; kept in session scope")
-            needs_intent = scope == Scope.USER or (
-                scope != Scope.SESSION and spec.requires_explicit_user_intent
-            )
-            effective = Scope.SESSION if needs_intent and not explicit else scope
-            same = MemoryNode.objects.filter(
-                visible_nodes_q(viewer), status=NodeStatus.ACTIVE, key=key, scope=effective
-            ).first()
-            if same is not None and _same_memory(spec, node, same):
-                return {
-                    **base,
-                    "outcome": "noop",
-                    "action": "noop",
-                    "nodeId": str(same.pk),
-                    "revision": same.revision,
-                    "scope": same.scope,
-                    "detail": "already remembered",
-                }
-            if operation == "supersede" and target is None:
-                if same is None:
-                    operation = "create"
-                else:
-                    target = same
-        if operation == "update" and target is not None and _unchanged(target, node, self.source.kinds):
-            return {
-                **base,
-                "outcome": "noop",
-                "action": "noop",
-                "nodeId": str(target.pk),
-                "revision": target.revision,
-                "detail": "already up to date",
+        except SchemaError as error:
+            return _skipped(entry, error.code, error.detail)
+    # A supersede without a target names a slot, not a card: a create settles that slot.
+    operation = "create" if item.operation == "supersede" and target is None else item.operation
+    write = NodeWrite(
+        viewer=viewer,
+        operations=[
+            {
+                "operation": operation,
+                "target_id": str(target.pk) if target is not None else None,
+                "expected_revision": target.revision if target is not None else None,
+                "node": {**node, "value_json_given": "value_json" in node},
+                "reason": item.reason,
             }
-        if target is not None and target.status != NodeStatus.ACTIVE:
-            if operation == "expire" and target.status == NodeStatus.EXPIRED:
-                return {
-                    **base,
-                    "outcome": "noop",
-                    "action": "noop",
-                    "nodeId": str(target.pk),
-                    "revision": target.revision,
-                    "detail": "already expired",
-                }
-            return {
-                **base,
-                "outcome": "skipped",
-                "code": "invalid",
-                "nodeId": str(target.pk),
-                "detail": f"the target is {target.status} now (applied before, or changed since)",
-            }
-        operation_data = {
-            "operation": operation,
-            "target_id": str(target.pk) if target is not None else None,
-            "expected_revision": target.revision if target is not None else None,
-            "node": {**node, "value_json_given": "value_json" in node},
-            "reason": item.reason,
-        }
-        with transaction.atomic():
-            [result] = node_write_batch(
-                viewer=viewer,
-                operations=[operation_data],
-                explicit_user_intent=explicit,
-                source_message_ids=ids,
-            )
-        written = result.node
-        return {
-            **base,
-            "outcome": "noop" if result.action == "noop" else "applied",
-            "action": result.action,
-            "nodeId": str(written.pk),
-            "revision": written.revision,
-            "key": written.key,
-            "scope": written.scope,
-            "title": written.title,
-            "appliedConfidence": result.applied_confidence,
-            "notes": notes + result.notes,
-        }
+        ],
+        explicit_user_intent=explicit,
+        source_message_ids=ids,
+    )
+    return _PendingWrite(entry=entry, target=target, write=write, notes=notes)
 
 
-def _same_memory(spec: KindSpec, node: dict[str, Any], existing: MemoryNode) -> bool:
-    if "value_json" in node and node["value_json"] is not None:
-        return normalize_value(spec, node["value_json"]) == existing.value_json
-    return bool(node.get("title")) and node.get("title") == existing.title
+def _stated_by_the_user(source: RunInput, item: PlanItem, ids: list[str]) -> bool:
+    """The user stated it only if the item quotes a cited user message verbatim (5+ characters)."""
+    if not item.explicit_user_intent:
+        return False
+    texts = [m.content for m in source.messages if m.message_id in ids and m.role == Role.USER]
+    _, downgraded = apply_confidence_contract(0.9, item.node.get("source_quote"), texts)
+    return not downgraded
 
 
-def _unchanged(target: MemoryNode, node: dict[str, Any], kinds: dict[str, KindSpec]) -> bool:
-    spec = resolve_kind(target.kind, kinds)
-    for name, value in node.items():
-        if name in ("source_quote", "kind", "confidence"):
-            continue
-        if name == "value_json":
-            value = normalize_value(spec, value)
-        if not hasattr(target, name) or getattr(target, name) != value:
-            return False
-    return True
+def _requested_scope(source: RunInput, node: dict[str, Any], target: MemoryNode | None) -> str | None:
+    if node.get("scope"):
+        return node["scope"]
+    if target is not None:
+        return target.scope
+    return resolve_kind(node["kind"], source.kinds).default_scope if node.get("kind") else None
+
+
+def _outcome_entry(pending: _PendingWrite, outcome: BulkOutcome) -> dict[str, Any]:
+    operation = pending.write.operations[0]["operation"]
+    if outcome.error is not None:
+        target = pending.target
+        if operation == "expire" and target is not None and target.status == NodeStatus.EXPIRED:
+            # The service refuses to change an expired card; the plan asked for exactly that state.
+            return _target_noop(target, "already expired")
+        return _skipped({}, outcome.error.code, outcome.error.detail)
+    [result] = outcome.results
+    written = result.node
+    entry: dict[str, Any] = {
+        "outcome": "noop" if result.action == "noop" else "applied",
+        "action": result.action,
+        "nodeId": str(written.pk),
+        "revision": written.revision,
+        "key": written.key,
+        "scope": written.scope,
+        "title": written.title,
+        "appliedConfidence": result.applied_confidence,
+        "notes": pending.notes + result.notes,
+    }
+    if result.action == "noop":
+        entry["detail"] = "already up to date" if operation == "update" else "already remembered"
+    return entry
+
+
+def _target_noop(target: MemoryNode, detail: str) -> dict[str, Any]:
+    return {
+        "outcome": "noop",
+        "action": "noop",
+        "nodeId": str(target.pk),
+        "revision": target.revision,
+        "detail": detail,
+    }
+
+
+def _skipped(entry: dict[str, Any], code: str, detail: str) -> dict[str, Any]:
+    return {**entry, "outcome": "skipped", "code": code, "detail": redact(detail)}

@@ -23,9 +23,9 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Count, Max, Sum
 
-from memory.errors import Forbidden
 from memory.models import Channel, ExtractionRun, ExtractionStatus, MemoryMessage, Role
 from memory.pipeline.gating import has_explicit_statement
+from memory.services.guards import require_workspace_reachable, require_writer
 from memory.visibility import Viewer
 from tenants.context import tenant_context
 from tenants.models import Tenant
@@ -125,9 +125,12 @@ def _create_run(
 
 
 def extraction_request(*, viewer: Viewer, session_id: str, trigger: str = "api") -> ExtractionRun:
-    """Queue an extraction of the session's new messages, or return the run already queued or running."""
-    if viewer.read_only:
-        raise Forbidden("This API key is read-only; extraction writes memories.")
+    """Queue an extraction of the session's new messages, or return the run already queued or running.
+
+    A run writes memories, so the caller must be allowed to write into the session's workspace.
+    """
+    require_writer(viewer)
+    require_workspace_reachable(viewer, viewer.workspace.pk)
     with tenant_context(viewer.tenant):
         _lock_session(viewer.tenant.pk, viewer.workspace.pk, session_id)
         active = _active_run(viewer.tenant, viewer.workspace.pk, session_id)
