@@ -114,7 +114,7 @@ def _read_item(source: RunInput, index: int, item: PlanItem) -> _PendingWrite | 
         "sourceMessageIds": ids,
     }
     if item.error:
-        return {**entry, "outcome": "skipped", "code": "invalid", "detail": redact(item.error)}
+        return _skipped(entry, "invalid", item.error)
     if item.operation == "ignore":
         return {**entry, "outcome": "ignored"}
     viewer = source.viewer(source.author(ids))
