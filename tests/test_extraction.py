@@ -387,6 +387,20 @@ def test_a_preference_stated_without_explicit_words_stays_in_the_session(
     assert (node.key, node.scope, node.session_id) == ("avoid_ingredient:香菜", "session", "s1")
 
 
+def test_without_a_known_user_a_user_scope_item_is_kept_in_the_session(
+    tenant_a, tenant_b, django_capture_on_commit_callbacks
+):
+    capture(tenant_b, None, "s1", "记住，我以后做饭不要香菜。")
+    capture(tenant_a, None, "s1", "记住，我以后做饭不要香菜。")
+    run = extract(tenant_a, None, "s1", django_capture_on_commit_callbacks)
+    [item] = run.results["items"]
+    assert (item["action"], item["scope"]) == ("created", "session")
+    assert item["notes"] == ["no user is known for these messages; kept in session scope"]
+    [node] = active_nodes(tenant_a)
+    assert (node.scope, node.session_id, node.user_id) == ("session", "s1", None)
+    assert all_nodes(tenant_b) == []
+
+
 def test_greetings_and_thanks_produce_nothing(tenant_a, django_capture_on_commit_callbacks):
     capture(tenant_a, "alice", "s1", "你好", "谢谢！", "Thanks a lot!")
     capture(tenant_a, "alice", "s1", "不客气，有需要随时找我。", role="assistant")
