@@ -17,7 +17,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from memory.errors import Forbidden
+from memory.errors import Forbidden, NotFound
 from memory.models import ExtractionRun, MemoryAuditEvent, MemoryMessage, MemoryNode, MemorySummary
 from memory.pipeline import runs as extraction
 from memory.pipeline import tasks
@@ -703,7 +703,9 @@ def test_post_extract_answers_202_and_the_task_shows_done_with_results(
     )
 
 
-def test_extraction_request_refuses_read_only_and_out_of_pin_viewers_whoever_calls_it(tenant_a, tenant_b):
+def test_extraction_request_refuses_read_only_out_of_pin_and_non_member_viewers_whoever_calls_it(
+    tenant_a, tenant_b
+):
     writer = viewer_for(tenant_a, "alice")
     capture(tenant_a, "alice", "s1", "记住，我以后做饭不要香菜。")
     with pytest.raises(Forbidden, match="read-only"):
@@ -712,6 +714,12 @@ def test_extraction_request_refuses_read_only_and_out_of_pin_viewers_whoever_cal
     pinned = dataclasses.replace(writer, pinned_workspace_id=elsewhere.pk)
     with pytest.raises(Forbidden, match="pinned"):
         extraction_request(viewer=pinned, session_id="s1")
+    # A person restricted to their own workspaces, asking for one they are not a member of.
+    outsider = dataclasses.replace(
+        writer, restrict_to_person=True, member_workspace_ids=frozenset({elsewhere.pk})
+    )
+    with pytest.raises(NotFound):
+        extraction_request(viewer=outsider, session_id="s1")
     for tenant in (tenant_a, tenant_b):
         with tenant_context(tenant):
             assert not ExtractionRun.objects.filter(tenant=tenant).exists()
