@@ -12,7 +12,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
-from memory.errors import MemoryServiceError
+from memory.errors import MemoryServiceError, from_database_error
 from memory.presenters import node_to_api
 
 logger = logging.getLogger(__name__)
@@ -65,6 +65,11 @@ def api_exception_handler(exc: Exception, context: dict) -> Response | None:
     dispatch = getattr(context.get("view"), "dispatch", None)
     if "default" not in getattr(dispatch, "_non_atomic_requests", set()):
         set_rollback()  # roll back the request's transaction (ATOMIC_REQUESTS), never an outer one
+    if isinstance(exc, DatabaseError):
+        error = from_database_error(exc)
+        if error is None:
+            return None  # neither the request's fault nor the store's: a defect, answered 500
+        exc = error
     if isinstance(exc, MemoryServiceError):
         extra = dict(exc.extra)
         if "candidates" in extra:
@@ -74,10 +79,6 @@ def api_exception_handler(exc: Exception, context: dict) -> Response | None:
         return error_response(413, "too_large", "The request body is over the size limit.")
     if isinstance(exc, Http404):
         return error_response(404, "not_found", "Not found.")
-    if isinstance(exc, DatabaseError):
-        logger.exception("memory store failure")
-        return error_response(503, "store_unavailable",
-                              "The memory store is unavailable; nothing was written. Retry later.")
     for exc_class, status_code, code in _DRF_CODES:
         if isinstance(exc, exc_class):
             headers = {}
