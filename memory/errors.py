@@ -97,7 +97,8 @@ def _classify(exc: DatabaseError) -> MemoryServiceError | None:
             not state or state[:2] in _UNAVAILABLE_CLASSES or state == "55P03")):
         return StoreUnavailable()
     if state[:2] == "40":  # serialization failure or deadlock: a concurrent transaction won
-        return Conflict("A concurrent request changed the same records; nothing was written. Re-read and retry.")
+        return Conflict("A concurrent request changed the same records; nothing was written. "
+                        "Re-read and retry.")
     if isinstance(exc, IntegrityError) and state in _CONFLICT_STATES:
         return Conflict("The request clashes with records written at the same time (or since removed); "
                         "nothing was written. Re-read and retry.")

@@ -41,7 +41,8 @@ def _text_problem(text: str) -> str | None:
     return f"Text cannot contain an unpaired surrogate (U+{ord(match.group()):04X}); send valid UTF-8."
 
 
-def unstorable_value_errors(data: Any, *, max_depth: int = MAX_DEPTH, limit: int = 20) -> dict[str, list[str]]:
+def unstorable_value_errors(data: Any, *, max_depth: int = MAX_DEPTH,
+                            limit: int = 20) -> dict[str, list[str]]:
     """Return `{field path: [message]}` for the values of `data` the store cannot keep (at most `limit`)."""
     errors: dict[str, list[str]] = {}
     stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, ())]
