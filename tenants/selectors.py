@@ -20,7 +20,7 @@ def workspace_resolve(*, tenant: Tenant, ref: str | int | None,
             if default is not None:
                 return default
             lookup = {"slug": Workspace.DEFAULT_SLUG}
-        elif isinstance(ref, int) or str(ref).isdigit():
+        elif isinstance(ref, int) or (str(ref).isascii() and str(ref).isdigit()):  # not int("²")
             lookup = {"pk": int(ref)}
         else:
             lookup = {"slug": str(ref)}
