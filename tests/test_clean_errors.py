@@ -264,5 +264,6 @@ def test_health_check_says_unavailable_without_internals(client, database_down):
 
 @pytest.mark.parametrize("workspace_id", ["²", "١٢", "99999999999999999999999"])
 def test_a_workspace_id_of_unusual_digits_is_not_found(api, workspace_id):
-    response = _post(api.client, api.key, "memory/search", json.dumps({"workspaceId": workspace_id, "all": True}))
+    body = json.dumps({"workspaceId": workspace_id, "all": True})
+    response = _post(api.client, api.key, "memory/search", body)
     assert response.status_code == 404 and response.json()["code"] == "not_found", response.content

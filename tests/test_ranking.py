@@ -1,5 +1,5 @@
-"""Pure ranking rules: term weights, hybrid fusion and its guards, conversation context, rank fusion and
-conflict precedence (DESIGN rule 8), no database."""
+"""Pure ranking rules: term weights, hybrid fusion and its guards, conversation context and conflict
+precedence (DESIGN rule 8), no database."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from memory.search.ranking import (
     conflict_precedence_key,
     hybrid_scores,
     keyword_coverage,
-    reciprocal_rank_fusion,
     resolve_conflicts,
     term_weights,
     with_previous_turns,
@@ -52,31 +51,6 @@ def winner(*cards: Card) -> Card:
     assert len(kept) == 1, "all cards share one slot, so exactly one must win"
     assert {reason for _, reason in omitted} == {"conflict_lost"}
     return kept[0]
-
-
-# --------------------------------------------------------------------------- reciprocal rank fusion
-
-
-def test_rrf_sums_weighted_reciprocal_ranks_and_orders_best_first() -> None:
-    scores = reciprocal_rank_fusion({"a": ["x", "y"], "b": ["y", "z"]}, k=60)
-    assert scores == pytest.approx({"y": 1 / 62 + 1 / 61, "x": 1 / 61, "z": 1 / 62})
-    assert list(scores) == ["y", "x", "z"]
-
-
-def test_rrf_weights_scale_a_list_and_zero_weight_ignores_it() -> None:
-    scores = reciprocal_rank_fusion({"a": ["x"], "b": ["y"], "c": ["z"]}, weights={"a": 2.0, "c": 0.0})
-    assert scores == pytest.approx({"x": 2 / 61, "y": 1 / 61})
-
-
-def test_rrf_counts_a_duplicate_once_at_its_best_rank() -> None:
-    assert reciprocal_rank_fusion({"a": ["x", "y", "x"]}) == pytest.approx({"x": 1 / 61, "y": 1 / 62})
-
-
-def test_rrf_of_nothing_is_empty_and_negative_k_is_refused() -> None:
-    assert reciprocal_rank_fusion({}) == {}
-    assert reciprocal_rank_fusion({"a": []}) == {}
-    with pytest.raises(ValueError, match="k must be"):
-        reciprocal_rank_fusion({"a": ["x"]}, k=-1)
 
 
 # --------------------------------------------------------------------------- term weights
@@ -122,9 +96,8 @@ def test_hybrid_keyword_hits_on_common_words_never_swamp_a_semantic_hit() -> Non
     scores = hybrid_scores(keyword=noise, vector=[VectorHit("semantic", 0.6)], weights=weights)
     assert list(scores)[0] == "semantic"
     assert max(scores[f"noise{i}"] for i in range(30)) < scores["semantic"] / 10
-    # Plain rank fusion, which this fusion replaces, ranks the first noise row level with the semantic hit.
-    fused = reciprocal_rank_fusion({"keyword": [hit.item for hit in noise], "vector": ["semantic"]})
-    assert fused["noise0"] == pytest.approx(fused["semantic"])
+    # Plain rank fusion, which this fusion replaced, would rank the first noise row level with the
+    # semantic hit: each is first in its list, so both score 1 / (k + 1).
 
 
 def test_hybrid_rows_matching_in_words_and_meaning_lead() -> None:

