@@ -1,8 +1,10 @@
-"""Failures that escape a view: JSON error bodies for the API, a friendly 503 page when the store is down.
+"""Failures that escape a view: JSON error bodies for the API, friendly error pages for the browser.
 
 DRF's handler renders most API errors; this catches what happens outside it (opening the request
 transaction, a defect DRF re-raises). memory.errors.from_database_error decides what a database
-failure means, for the API and the pages alike: only an unreachable or timed-out store is a 503.
+failure means, for the API and the pages alike: only an unreachable or timed-out store is a 503
+(the pages show templates/503.html); a value the store refuses or a clash with a concurrent write
+is a 400 or 409 (templates/400.html), never a 500.
 """
 
 from __future__ import annotations
@@ -38,12 +40,13 @@ class StoreUnavailableMiddleware:
                                      "nothing was written. It has been logged."}, status=500)
             return JsonResponse({"code": error.code, "detail": error.detail}, status=error.status)
         if isinstance(error, StoreUnavailable):
-            logger.error("page answered 503, memory store unavailable: %s", exception)
-            return store_unavailable_page(request)
+            return error_page(request, "503.html", 503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+        if error is not None:
+            return error_page(request, "400.html", error.status)
         return None
 
 
-def store_unavailable_page(request: HttpRequest) -> HttpResponse:
-    """Return the 503 page; rendered without the request context, which would query the database."""
-    html = render_to_string("503.html", {"retry_url": request.get_full_path()})
-    return HttpResponse(html, status=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+def error_page(request: HttpRequest, template: str, status: int, headers: dict | None = None) -> HttpResponse:
+    """Return an error page, rendered without the request context (which could query the database)."""
+    html = render_to_string(template, {"retry_url": request.get_full_path(), "status": status})
+    return HttpResponse(html, status=status, headers=headers)

@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterator
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import DatabaseError, connections, transaction
 from django.http import HttpRequest, HttpResponse
 from django.urls import include, path
@@ -21,7 +22,7 @@ from memory.models import MemoryMessage, MemoryNode
 from tenants.context import tenant_context
 from tenants.models import Workspace
 from tests.api_client import api_for
-from tests.memory_factories import make_member
+from tests.memory_factories import default_workspace, make_member, make_node
 from tests.test_api_context_without_a_database import database_down  # noqa: F401 - a fixture
 
 
@@ -267,3 +268,22 @@ def test_a_workspace_id_of_unusual_digits_is_not_found(api, workspace_id):
     body = json.dumps({"workspaceId": workspace_id, "all": True})
     response = _post(api.client, api.key, "memory/search", body)
     assert response.status_code == 404 and response.json()["code"] == "not_found", response.content
+
+
+
+@pytest.mark.parametrize("value", ['{"note": "a\\u0000b"}', '{"note": "a\\ud800b"}'],
+                         ids=["nul", "lone-surrogate"])
+def test_a_page_form_value_the_store_cannot_keep_is_a_400_page_and_saves_nothing(client, tenant_a, value):
+    alice = get_user_model().objects.get(username="alice")
+    node = make_node(tenant=tenant_a, workspace=default_workspace(tenant_a), title="Database",
+                     content="Postgres", kind="decision", item_key="database", scope="workspace",
+                     value_json={"engine": "postgres"})
+    client.raise_request_exception = False
+    client.force_login(alice)
+    response = client.post(f"/memories/{node.pk}/edit/", {
+        "title": "Database", "content": "Postgres", "value": value, "original_value": "", "importance": "0.5",
+        "reason": "typo", "expected_revision": str(node.revision)})
+    assert response.status_code == 400, response.content[:300]
+    assert "Not saved" in response.content.decode()
+    with tenant_context(tenant_a):
+        assert MemoryNode.objects.get(pk=node.pk).revision == node.revision
