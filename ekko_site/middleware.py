@@ -23,7 +23,7 @@ RETRY_AFTER_SECONDS = 30
 
 
 class StoreUnavailableMiddleware:
-    """Turns an exception from a view into API.md's error body (API) or the 503 page (pages)."""
+    """Turns an exception from a view into API.md's error body (API) or an error page (pages)."""
 
     def __init__(self, get_response) -> None:  # noqa: ANN001
         self.get_response = get_response
