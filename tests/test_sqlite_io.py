@@ -1,4 +1,4 @@
-"""SQLite export/import of a workspace (memory.transfer.sqlite_io): format, round trips, refusals and tenant walls."""
+"""SQLite export/import of a workspace (memory.transfer): format, round trips, refusals and tenant walls."""
 
 from __future__ import annotations
 
@@ -21,13 +21,10 @@ from hypothesis import strategies as st
 
 from memory.models import MemoryAuditEvent, MemoryMessage, MemoryNode, MemorySummary
 from memory.rules.text import segment_for_search
-from memory.transfer.sqlite_io import (
-    FORMAT_VERSION,
-    ImportError_,
-    sqlite_file_inspect,
-    workspace_export_sqlite,
-    workspace_import_sqlite,
-)
+from memory.transfer.report import ImportError_
+from memory.transfer.sqlite_export import workspace_export_sqlite
+from memory.transfer.sqlite_format import FORMAT_VERSION, sqlite_file_inspect
+from memory.transfer.sqlite_import import workspace_import_sqlite
 from memory.visibility import owner_ref
 from tenants.context import tenant_context
 from tenants.models import Role, Tenant, Workspace
