@@ -37,6 +37,7 @@ from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from memory.models import MemoryAuditEvent, MemoryMessage, MemoryNode, MemorySummary  # noqa: E402
+from memory.rules.node_text import node_search_text  # noqa: E402
 from memory.rules.text import segment_for_search  # noqa: E402
 from memory.transfer.sqlite_export import workspace_export_sqlite  # noqa: E402
 from memory.transfer.sqlite_format import server_embedding_model  # noqa: E402
@@ -139,7 +140,10 @@ def populate(
                 created_at=at,
                 updated_at=at,
                 expires_at=at + timedelta(days=1) if status == "expired" else None,
-                search_text=segment_for_search(title, content, *tags, *entities),
+                search_text=node_search_text(
+                    title=title, content=content, value_json={"n": n, "note": title},
+                    item_key=key.split(":")[1], tags=tags, entities=entities,
+                ),
                 embedding=vector,
                 embedding_model=model if vector else "",
             )

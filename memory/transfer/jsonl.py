@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from memory.errors import Invalid
 from memory.models import Channel, MemoryMessage, Role
-from memory.rules.schema import find_sensitive_content
+from memory.rules.sensitive import find_sensitive_content
 from memory.rules.text import count_tokens, segment_for_search
 from memory.services import imports
 from memory.transfer.report import sensitive_detail

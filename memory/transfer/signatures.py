@@ -4,10 +4,10 @@ jieba segments about 4,000 cards a second and checking every field of a row cost
 inserting it: a 100k-card import would miss its budget doing either for rows it wrote itself.
 So the export signs, and the import verifies, two BLAKE2 MACs keyed with the server secret and the
 search-text version (`search_text_version`). The version names what decides the tokens — jieba's
-release (its dictionary ships inside it), the stemmer's release, the Unicode tables behind NFKC and
-the explicit `SEARCH_TEXT_VERSION` of the rules — and never the bytes of a source file, so editing a
-comment does not make every later import take the slow path, and changing the rules is a
-deliberate bump.
+release (its dictionary ships inside it), the stemmer's release, the Unicode tables behind NFKC
+and the explicit `SEARCH_TEXT_VERSION` beside `memory.rules.node_text.node_search_text` — never
+the bytes of a source file, so editing a comment does not send every later import down the slow
+path, and changing the tokens is a deliberate bump.
 """
 
 from __future__ import annotations
@@ -23,23 +23,22 @@ from typing import Any
 
 from django.conf import settings
 
+from memory.rules.node_text import SEARCH_TEXT_VERSION, node_search_text
 from memory.transfer.sqlite_format import Column
 
-# TODO(T): moves next to S's node search-text function when it lands (bump it when the tokens change).
-SEARCH_TEXT_VERSION = 2
+__all__ = ["NODE_SEARCH_COLUMNS", "SearchTextSigner", "node_file_search_text", "search_text_version"]
 
 # The file columns a node's search text is made of, in the order its signature covers them.
-NODE_SEARCH_COLUMNS = ("title", "content", "tags_json", "entities_json")
+NODE_SEARCH_COLUMNS = ("title", "content", "value_json", "item_key", "tags_json", "entities_json")
 
 
 def node_file_search_text(inputs: Sequence[str]) -> str:
-    """Return the search text of a node from its file texts (NODE_SEARCH_COLUMNS order)."""
-    from memory.rules.text import segment_for_search  # lazy: jieba loads on first use
-
-    title, content, tags, entities = inputs
-    return segment_for_search(title, content, *json.loads(tags or "[]"), *json.loads(entities or "[]"))
-
-__all__ = ["NODE_SEARCH_COLUMNS", "SearchTextSigner", "node_file_search_text", "search_text_version"]
+    """Return a node's search text from its file texts (NODE_SEARCH_COLUMNS order, JSON as in the file)."""
+    title, content, value_json, item_key, tags, entities = inputs
+    return node_search_text(
+        title=title, content=content, value_json=json.loads(value_json) if value_json else None,
+        item_key=item_key or None, tags=json.loads(tags or "[]"), entities=json.loads(entities or "[]"),
+    )
 
 
 @lru_cache(maxsize=1)

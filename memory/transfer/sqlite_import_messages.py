@@ -17,9 +17,10 @@ from typing import Any
 from uuid import UUID
 
 from memory.models import Channel, MemoryMessage, MemorySummary
-from memory.rules.schema import find_sensitive_content
+from memory.rules.sensitive import find_sensitive_content
 from memory.rules.text import segment_for_search
 from memory.services import imports
+from memory.services.summaries import SUMMARY_LIST_FIELDS
 from memory.transfer.report import sensitive_detail
 from memory.transfer.sqlite_format import MESSAGE_COLUMNS, canonical_json
 from memory.transfer.sqlite_import_state import (
@@ -42,7 +43,6 @@ _SUMMARY_COMPARED = (
     "session_id", "parent_summary_id", "from_message_id", "to_message_id", "summary", "current_goal",
     "constraints", "preferences", "decisions", "completed_work", "pending_work", "known_issues", "created_at",
 )
-_SUMMARY_LISTS = ("constraints", "preferences", "decisions", "completed_work", "pending_work", "known_issues")
 
 
 @dataclass
@@ -191,7 +191,7 @@ def import_summaries(state: ImportState) -> None:
     for chunk in read_chunks(state, "memory_summaries", sql, "summaries"):
         incoming = []
         for summary in (_summary_in(state, row) for row in chunk):
-            lists = (text for name in _SUMMARY_LISTS for text in summary[name])
+            lists = (text for name in SUMMARY_LIST_FIELDS for text in summary[name])
             texts = (summary["summary"], summary["current_goal"], *lists)
             if _refused(state, "summaries", summary["source_id"], *texts):
                 relink[summary["id"]] = summary["parent"]
@@ -258,14 +258,14 @@ def _summary_in(state: ImportState, row: FileRow) -> dict[str, Any]:
         "summary": row.text("summary"),
         "current_goal": row.text("current_goal", required=False),
         "created_at": row.timestamp("created_at"),
-        **{name: row.json_strings(f"{name}_json", 2**31) for name in _SUMMARY_LISTS},
-        "texts": [row.values.get(f"{name}_json") or "[]" for name in _SUMMARY_LISTS],
+        **{name: row.json_strings(f"{name}_json", 2**31) for name in SUMMARY_LIST_FIELDS},
+        "texts": [row.values.get(f"{name}_json") or "[]" for name in SUMMARY_LIST_FIELDS],
     }
 
 
 def _summary_key(summary: dict[str, Any]) -> tuple[Any, ...]:
     return (
         summary["session_id"], summary["parent"], summary["from"], summary["to"], summary["summary"],
-        summary["current_goal"], *(canonical_json(summary[name]) for name in _SUMMARY_LISTS),
+        summary["current_goal"], *(canonical_json(summary[name]) for name in SUMMARY_LIST_FIELDS),
         summary["created_at"],
     )

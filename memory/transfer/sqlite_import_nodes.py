@@ -12,15 +12,19 @@ written by memory.services.imports.
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from memory.models import AuditEventType, MemoryAuditEvent, MemoryNode
-from memory.rules.schema import find_sensitive_content
+from memory.rules.errors import SchemaError
+from memory.rules.item_keys import canonical_key
+from memory.rules.kinds import resolve_kind
+from memory.rules.node_text import node_search_text, same_content
+from memory.rules.sensitive import find_sensitive_node_content
 from memory.services import imports
+from memory.services.audit import audit_event_build
 from memory.transfer.report import ImportError_, sensitive_detail
 from memory.transfer.signatures import NODE_SEARCH_COLUMNS, node_file_search_text
 from memory.transfer.sqlite_format import NODE_COLUMNS, canonical_json, iso_utc, pg_array, pg_array_from_json
@@ -80,9 +84,7 @@ class _Node:
     explicit_user_intent: bool
     access_count: int
     last_accessed_at: datetime | None
-    # The file's texts the search text is made of (NODE_SEARCH_COLUMNS), and the text when its signature held.
-    search_inputs: tuple[str, ...]
-    search_text: str | None
+    search_text: str | None  # the file's, when its signature held; else segmented if staged
     vector: str | None
     vector_model: str
     owner_ref: str
@@ -100,15 +102,17 @@ class _Node:
         )
 
     def secret(self) -> str | None:
-        """Return why this card must not be stored (the write rule's texts), or None."""
-        value = self.value_json
-        text = value if isinstance(value, str) or value is None else json.dumps(value, ensure_ascii=False)
-        return find_sensitive_content(
-            self.title, self.content, self.item_key, text, *self.tags, *self.entities
+        """Return why this card must not be stored (DESIGN rule 7, reading what a write reads), or None."""
+        return find_sensitive_node_content(
+            title=self.title, content=self.content, item_key=self.item_key, value_json=self.value_json,
+            tags=self.tags, entities=self.entities,
         )
 
     def staged(self, state: ImportState, action: str) -> tuple[Any, ...]:
-        search_text = self.search_text or node_file_search_text(self.search_inputs)
+        search_text = self.search_text or node_search_text(
+            title=self.title, content=self.content, value_json=self.value_json, item_key=self.item_key,
+            tags=self.tags, entities=self.entities,
+        )
         return (
             self.id, state.tenant.pk, state.workspace.pk, self.user, self.session_id, self.parent,
             self.supersedes, self.scope, self.owner_ref, self.kind, self.item_key, self.key, self.domain,
@@ -240,11 +244,12 @@ def _node_in(state: ImportState, row: FileRow) -> _Node:
     category_path = row.json_strings("category_path_json", MAX["category"])
     if sum(map(len, category_path)) + len(category_path) > MAX["category_path_text"]:
         raise row.fail("category_path_json", "the joined path is longer than 500 characters")
-    key = row.text("key", required=False, max_length=MAX["key"]) or f"unkeyed:{source_id}"[: MAX["key"]]
+    item_key = row.text("item_key", required=False, max_length=MAX["item_key"])
+    kind = row.text("kind", required=False, max_length=MAX["kind"])
+    key = row.text("key", required=False, max_length=MAX["key"]) or _key_of(state, source_id, kind, item_key)
     session_id = row.text("session_id", required=False, max_length=MAX["session_id"])
     user = state.member(row.text("user_id", required=False))
     value_json = row.json("value_json")
-    item_key = row.text("item_key", required=False, max_length=MAX["item_key"])
     search_text = row.get("search_text")
     # Signed over the file's own texts, so an unchanged row verifies without re-encoding anything.
     search_inputs = tuple(row.values.get(c) or "" for c in NODE_SEARCH_COLUMNS)
@@ -285,12 +290,11 @@ def _node_in(state: ImportState, row: FileRow) -> _Node:
         updated_at=row.timestamp("updated_at"),
         expires_at=row.timestamp("expires_at", required=False),
         revision=row.integer("revision", default=1, low=1),
-        kind=row.text("kind", required=False, max_length=MAX["kind"]) or key.split(":", 1)[0][: MAX["kind"]],
+        kind=kind or key.split(":", 1)[0][: MAX["kind"]],
         item_key=item_key,
         explicit_user_intent=bool(row.integer("explicit_user_intent", high=1)),
         access_count=row.integer("access_count"),
         last_accessed_at=row.timestamp("last_accessed_at", required=False),
-        search_inputs=search_inputs,
         search_text=search_text,
         vector=vector,
         vector_model=vector_model,
@@ -298,6 +302,16 @@ def _node_in(state: ImportState, row: FileRow) -> _Node:
             scope=scope, workspace_id=state.workspace.pk, session_id=session_id, user_id=user
         ),
     )
+
+
+def _key_of(state: ImportState, source_id: str, kind: str | None, item_key: str | None) -> str:
+    """Return the key of a file row that has none: its kind's canonical key, else a key of its own."""
+    if kind:
+        try:
+            return canonical_key(resolve_kind(kind, state.tenant_kinds()), item_key)
+        except SchemaError:
+            pass  # not a kind of this tenant, or an itemized kind without a usable item key
+    return f"unkeyed:{source_id}"[: MAX["key"]]
 
 
 def _node_json(previous: dict[str, Any], updated_at: datetime) -> dict[str, Any]:
@@ -321,12 +335,6 @@ def _node_json(previous: dict[str, Any], updated_at: datetime) -> dict[str, Any]
     }
 
 
-def _same_card(staged: dict[str, Any], holder: dict[str, Any]) -> bool:
-    return (staged["title"], staged["content"], staged["value_json"]) == (
-        holder["title"], holder["content"], holder["value_json"]
-    )
-
-
 def _settle_slots(state: ImportState) -> None:
     """Keep one active node per slot: file nodes whose slot another active node holds are not imported.
 
@@ -347,7 +355,7 @@ def _settle_slots(state: ImportState) -> None:
     duplicates: list[tuple[uuid.UUID, uuid.UUID]] = []
     for occupant in slots.occupants:
         state.nodes_not_imported.add(occupant.staged_id)
-        if occupant.action == "insert" and _same_card(occupant.staged, occupant.holder):
+        if occupant.action == "insert" and same_content(occupant.staged, occupant.holder):
             state.report.skipped.nodes += 1
             duplicates.append((occupant.staged_id, occupant.holder_id))
         else:
@@ -383,7 +391,7 @@ def _apply(state: ImportState, previous_versions: dict[uuid.UUID, dict[str, Any]
     state.nodes_to_embed = [str(node_id) for node_id, _, unembedded in applied.written if unembedded]
     state.count_vectors(sum(reused for _, reused, _ in applied.written), len(state.nodes_to_embed))
     events = [
-        MemoryAuditEvent(  # TODO(T): S's audit_event_build
+        audit_event_build(
             tenant=tenant, event_type=AuditEventType.UPDATE, node_id=node_id, workspace_id=state.workspace.pk,
             session_id=session_id, user_id=user_id, actor=state.actor, reason="import",
             payload={"source": "sqlite_import", **previous_versions[node_id]}, created_at=state.now,

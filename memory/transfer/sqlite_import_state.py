@@ -18,6 +18,8 @@ from typing import Any
 
 from django.utils import timezone
 
+from memory.rules.kinds import KindSpec
+from memory.selectors import tenant_kinds
 from memory.services.imports import ImportStaging
 from memory.transfer.report import ImportReport, Progress
 from memory.transfer.signatures import SearchTextSigner
@@ -62,6 +64,7 @@ class ImportState:
     now: datetime = field(default_factory=timezone.now)
 
     def __post_init__(self) -> None:
+        self._tenant_kinds: dict[str, KindSpec] | None = None
         self.usernames = {pk: name for name, pk in self.members.items()}
         prefix = f"{self.tenant.pk}:{self.workspace.pk}:{self.source_tag}:"
         # uuid5(namespace, prefix + id), with the namespace and prefix hashed once.
@@ -104,6 +107,12 @@ class ImportState:
         if source_node is None:
             return None
         return self.node_map.get(source_node) or self.target_uuid(source_node)
+
+    def tenant_kinds(self) -> dict[str, KindSpec]:
+        """Return the tenant's own kinds (read once, when a row first needs them)."""
+        if self._tenant_kinds is None:
+            self._tenant_kinds = tenant_kinds(tenant=self.tenant)
+        return self._tenant_kinds
 
     def member(self, username: str | None) -> int | None:
         """Return the user id of a username the file names, if they are a member of the tenant."""
