@@ -1,4 +1,4 @@
-"""Time SQLite export and import of a large workspace (memory.transfer.sqlite_io) and print the figures.
+"""Time SQLite export and import of a large workspace (memory.transfer) and print the figures.
 
     .venv/bin/python bench/sqlite_io.py [--nodes 100000] [--vectors] [--keep-files]
 
@@ -37,12 +37,11 @@ from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from memory.models import MemoryAuditEvent, MemoryMessage, MemoryNode, MemorySummary  # noqa: E402
+from memory.rules.node_text import node_search_text  # noqa: E402
 from memory.rules.text import segment_for_search  # noqa: E402
-from memory.transfer.sqlite_io import (  # noqa: E402
-    _server_embedding_model,
-    workspace_export_sqlite,
-    workspace_import_sqlite,
-)
+from memory.transfer.sqlite_export import workspace_export_sqlite  # noqa: E402
+from memory.transfer.sqlite_format import server_embedding_model  # noqa: E402
+from memory.transfer.sqlite_import import workspace_import_sqlite  # noqa: E402
 from memory.visibility import owner_ref  # noqa: E402
 from tenants.context import tenant_context  # noqa: E402
 from tenants.models import Tenant, Workspace  # noqa: E402
@@ -96,7 +95,7 @@ def populate(
     base = datetime(2025, 1, 1, tzinfo=UTC)
     owner = owner_ref(scope="workspace", workspace_id=workspace.pk, session_id=None, user_id=None)
     made = {"nodes": 0, "messages": 0, "events": 0, "summaries": 0}
-    model = _server_embedding_model() or "bench"
+    model = server_embedding_model() or "bench"
     for start in range(0, nodes, BATCH):
         node_rows, event_rows, message_rows = [], [], []
         previous: MemoryNode | None = None
@@ -141,7 +140,10 @@ def populate(
                 created_at=at,
                 updated_at=at,
                 expires_at=at + timedelta(days=1) if status == "expired" else None,
-                search_text=segment_for_search(title, content, *tags, *entities),
+                search_text=node_search_text(
+                    title=title, content=content, value_json={"n": n, "note": title},
+                    item_key=key.split(":")[1], tags=tags, entities=entities,
+                ),
                 embedding=vector,
                 embedding_model=model if vector else "",
             )

@@ -40,7 +40,7 @@ from django.http import FileResponse
 from memory.errors import NotFound
 from memory.selectors import session_check
 from memory.services.guards import require_acting_for, require_workspace_reachable
-from memory.transfer.sqlite_io import workspace_export_sqlite
+from memory.transfer.sqlite_export import workspace_export_sqlite
 from memory.visibility import Viewer
 from tenants.context import all_tenants_context, tenant_context
 from tenants.models import (

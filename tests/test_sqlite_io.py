@@ -1,4 +1,4 @@
-"""SQLite export/import of a workspace (memory.transfer.sqlite_io): format, round trips, refusals and tenant walls."""
+"""SQLite export/import of a workspace (memory.transfer): format, round trips, refusals and tenant walls."""
 
 from __future__ import annotations
 
@@ -20,14 +20,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memory.models import MemoryAuditEvent, MemoryMessage, MemoryNode, MemorySummary
+from memory.rules.node_text import node_search_text
 from memory.rules.text import segment_for_search
-from memory.transfer.sqlite_io import (
-    FORMAT_VERSION,
-    ImportError_,
-    sqlite_file_inspect,
-    workspace_export_sqlite,
-    workspace_import_sqlite,
-)
+from memory.transfer.report import ImportError_
+from memory.transfer.sqlite_export import workspace_export_sqlite
+from memory.transfer.sqlite_format import FORMAT_VERSION, sqlite_file_inspect
+from memory.transfer.sqlite_import import workspace_import_sqlite
 from memory.visibility import owner_ref
 from tenants.context import tenant_context
 from tenants.models import Role, Tenant, Workspace
@@ -453,7 +451,10 @@ def test_a_node_changed_in_the_file_becomes_a_new_revision_with_an_import_audit_
         node = MemoryNode.objects.get(pk=target.id)
         event = MemoryAuditEvent.objects.get(node_id=target.id, reason="import")
     assert (node.content, node.revision) == ("Deploys on PostgreSQL 17 now", 2)
-    assert node.search_text == segment_for_search(node.title, node.content, *node.tags, *node.entities)
+    assert node.search_text == node_search_text(  # the write service's one definition (issue 9)
+        title=node.title, content=node.content, value_json=node.value_json, item_key=node.item_key,
+        tags=node.tags, entities=node.entities,
+    )
     assert (event.event_type, event.actor) == ("update", "user:alice")
     assert event.payload["previous"]["content"] == target.content
     assert (event.payload["fromRevision"], event.payload["toRevision"]) == (1, 2)

@@ -233,8 +233,6 @@ WRITERS_ALLOWED = {
 # TEMPORARY: modules that still write memory rows themselves. Each owner removes its entry when the
 # module calls memory.services instead; the test below fails for an entry that no longer writes.
 WRITERS_TEMPORARILY_ALLOWED = {
-    "memory/transfer/sqlite_io.py": "TEMPORARY: the SQLite import moves its writes into memory.services",
-    "memory/transfer/jsonl.py": "TEMPORARY: the JSONL import moves its message writes into memory.services",
 }
 
 

@@ -1,4 +1,4 @@
-"""Workspace export and import over the API: the Ekko local SQLite format of memory.transfer.sqlite_io."""
+"""Workspace export and import over the API: the Ekko local SQLite format of memory.transfer."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from memory.access import may_export, may_import, sqlite_download
 from memory.api.base import MemoryApiView
 from memory.api.views import ERRORS
 from memory.errors import Forbidden, Invalid
-from memory.transfer.sqlite_io import workspace_import_sqlite
+from memory.transfer.sqlite_import import workspace_import_sqlite
 
 
 class ImportUploadSerializer(serializers.Serializer):

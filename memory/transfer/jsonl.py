@@ -6,7 +6,9 @@ a list of `{type: "text", text}` parts). The whole file is read and checked befo
 written in one tenant-bound transaction. Importing the same file again adds nothing: a line without an `id`
 gets one derived from its session, role, time, content and how many identical lines came before it, so lines
 appended to a file later are the only new rows. A line whose id is already used by a different message is a
-reported conflict, never an overwrite: evidence is append-only.
+reported conflict, never an overwrite: evidence is append-only. A line that carries a secret or personal
+identifier is left out and reported (`sensitive_content`); the rest imports. The new lines are written by
+memory.services.imports.
 """
 
 from __future__ import annotations
@@ -24,11 +26,15 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from memory.errors import Invalid, NotFound
+from memory.errors import Invalid
 from memory.models import Channel, MemoryMessage, Role
+from memory.rules.sensitive import find_sensitive_content
 from memory.rules.text import count_tokens, segment_for_search
+from memory.services import imports
+from memory.transfer.report import sensitive_detail
+from memory.transfer.selectors import members_named, workspace_in_tenant
 from tenants.context import tenant_context
-from tenants.models import Membership, Tenant, Workspace
+from tenants.models import Tenant, Workspace
 
 __all__ = ["JsonlImportReport", "messages_import_jsonl"]
 
@@ -206,14 +212,8 @@ def messages_import_jsonl(
     now = timezone.now()
     created: list[int] = []
     with tenant_context(tenant):
-        if not Workspace.objects.filter(tenant=tenant, pk=workspace.pk).exists():
-            raise NotFound("No such workspace in this tenant.")
-        usernames = {line.username for line in lines if line.username}
-        members = dict(
-            Membership.objects.filter(tenant=tenant, user__username__in=usernames).values_list(
-                "user__username", "user_id"
-            )
-        )
+        workspace = workspace_in_tenant(tenant, workspace)
+        members = members_named(tenant, (line.username for line in lines if line.username))
         report_progress("messages", 0, len(lines))
         for start in range(0, len(lines), BATCH):
             batch = lines[start : start + BATCH]
@@ -225,6 +225,13 @@ def messages_import_jsonl(
             }
             new: list[MemoryMessage] = []
             for offset, line in enumerate(batch):
+                secret = find_sensitive_content(line.content)
+                if secret is not None:
+                    report.conflicts.append(
+                        {"line": line.number, "id": line.message_id, "reason": "sensitive_content",
+                         "detail": sensitive_detail(secret)}
+                    )
+                    continue
                 existing = stored.get(line.message_id)
                 if existing is not None:
                     if existing == (line.session_id, line.role, line.content):
@@ -264,7 +271,7 @@ def messages_import_jsonl(
                         search_text=segment_for_search(line.content),
                     )
                 )
-            created += [m.pk for m in MemoryMessage.objects.bulk_create(new)]
+            created += imports.messages_create(tenant=tenant, messages=new)
             report.imported += len(new)
             report_progress("messages", len(batch), len(lines))
         if embed_after_commit and created:

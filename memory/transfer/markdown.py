@@ -14,16 +14,16 @@ import re
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC
 from pathlib import Path
-from typing import Any
 
 import yaml
 from django.db.models import Q
 from django.utils import timezone
 
-from memory.errors import Invalid, NotFound
+from memory.errors import Invalid
 from memory.models import MemoryNode, NodeStatus
+from memory.presenters import node_to_api
+from memory.transfer.selectors import workspace_in_tenant
 from tenants.context import tenant_context
 from tenants.models import Tenant, Workspace
 
@@ -32,31 +32,14 @@ __all__ = ["GENERATOR", "MarkdownExportStats", "workspace_export_markdown"]
 GENERATOR = "ekko-memory"
 CHUNK_SIZE = 1000
 _UNSAFE = re.compile(r'[\x00-\x1f\x7f/\\:*?"<>|]+')
-_FIELDS = (
-    "id",
-    "key",
-    "kind",
-    "item_key",
-    "scope",
-    "type",
-    "domain",
-    "category_path",
-    "revision",
-    "confidence",
-    "importance",
-    "tags",
-    "entities",
-    "source_message_ids",
-    "value_json",
-    "session_id",
-    "user__username",
-    "explicit_user_intent",
-    "created_at",
-    "updated_at",
-    "expires_at",
-    "title",
-    "content",
+# The frontmatter: the API card's fields (memory.presenters), in this order.
+_FRONTMATTER = (
+    "id", "key", "kind", "itemKey", "scope", "type", "domain", "categoryPath", "revision", "confidence",
+    "importance", "tags", "entities", "sourceMessageIds", "valueJson", "sessionId", "userId",
+    "explicitUserIntent", "createdAt", "updatedAt", "expiresAt",
 )
+# Columns the card never shows (vectors, derived search text) stay in the database.
+_NOT_READ = ("embedding", "embedding_model", "search_text", "search_vector")
 
 
 @dataclass(frozen=True)
@@ -72,39 +55,14 @@ def _segment(text: str, limit: int = 60) -> str:
     return cleaned[:limit]
 
 
-def _iso(value: Any) -> str | None:
-    return None if value is None else value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def _render(values: dict[str, Any]) -> tuple[Path, str]:
-    front = {
-        "id": str(values["id"]),
-        "key": values["key"],
-        "kind": values["kind"],
-        "itemKey": values["item_key"],
-        "scope": values["scope"],
-        "type": values["type"],
-        "domain": values["domain"],
-        "categoryPath": list(values["category_path"]),
-        "revision": values["revision"],
-        "confidence": values["confidence"],
-        "importance": values["importance"],
-        "tags": list(values["tags"]),
-        "entities": list(values["entities"]),
-        "sourceMessageIds": list(values["source_message_ids"]),
-        "valueJson": values["value_json"],
-        "sessionId": values["session_id"],
-        "userId": values["user__username"],
-        "explicitUserIntent": values["explicit_user_intent"],
-        "createdAt": _iso(values["created_at"]),
-        "updatedAt": _iso(values["updated_at"]),
-        "expiresAt": _iso(values["expires_at"]),
-        "generator": GENERATOR,
-    }
+def _render(node: MemoryNode) -> tuple[Path, str]:
+    card = node_to_api(node, username=node.user.get_username() if node.user_id else None)
+    front = {name: card[name] for name in _FRONTMATTER}
+    front["generator"] = GENERATOR
     header = yaml.safe_dump(front, allow_unicode=True, sort_keys=False, default_flow_style=None, width=10_000)
-    body = f"---\n{header}---\n\n# {values['title']}\n\n{values['content'].rstrip()}\n"
-    folder = Path(_segment(values["scope"]), *(_segment(part) for part in values["category_path"]))
-    return folder / f"{_segment(values['key'], 80)}--{str(values['id'])[:8]}.md", body
+    body = f"---\n{header}---\n\n# {node.title}\n\n{node.content.rstrip()}\n"
+    folder = Path(_segment(node.scope), *(_segment(part) for part in node.category_path))
+    return folder / f"{_segment(node.key, 80)}--{str(node.pk)[:8]}.md", body
 
 
 def _generated_by_us(path: Path) -> bool:
@@ -142,8 +100,7 @@ def workspace_export_markdown(
     root.mkdir(parents=True, exist_ok=True)
     written = 0
     with tenant_context(tenant):
-        if not Workspace.objects.filter(tenant=tenant, pk=workspace.pk).exists():
-            raise NotFound("No such workspace in this tenant.")
+        workspace = workspace_in_tenant(tenant, workspace)
         now = timezone.now()
         cards = MemoryNode.objects.filter(
             Q(expires_at__isnull=True) | Q(expires_at__gt=now),
@@ -152,8 +109,8 @@ def workspace_export_markdown(
             status=NodeStatus.ACTIVE,
         ).order_by("scope", "category_path_text", "key", "id")
         report("cards", 0, cards.count())
-        for values in cards.values(*_FIELDS).iterator(chunk_size=CHUNK_SIZE):
-            relative, text = _render(values)
+        for node in cards.select_related("user").defer(*_NOT_READ).iterator(chunk_size=CHUNK_SIZE):
+            relative, text = _render(node)
             target = root / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")

@@ -8,7 +8,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from memory.management.commands._workspace import progress_bars, resolve_workspace, stderr_stream
-from memory.transfer.sqlite_io import workspace_export_sqlite
+from memory.transfer.sqlite_export import workspace_export_sqlite
 
 
 class Command(BaseCommand):

@@ -8,7 +8,8 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from memory.management.commands._workspace import progress_bars, resolve_workspace, stderr_stream
-from memory.transfer.sqlite_io import ImportError_, workspace_import_sqlite
+from memory.transfer.report import ImportError_
+from memory.transfer.sqlite_import import workspace_import_sqlite
 
 SHOWN_CONFLICTS = 20
 

@@ -19,7 +19,8 @@ from memory.models import MemoryMessage, MemoryNode, MemorySummary
 from memory.pages import forms, labels
 from memory.pages.access import PageAccess, tenant_page, wants_fragment
 from memory.pages.views.common import changed, refuse
-from memory.transfer.sqlite_io import ImportError_, ImportReport, workspace_import_sqlite
+from memory.transfer.report import ImportError_, ImportReport
+from memory.transfer.sqlite_import import workspace_import_sqlite
 
 # --------------------------------------------------------------------------- workspace export / import
 

@@ -1,0 +1,517 @@
+"""Writes of imported rows: the staging tables an import fills and the statements that move rows in.
+
+memory.transfer reads and checks a file and decides, row by row, what to import; the rows it keeps
+come here. COPY cannot write into a table with row-level security, so rows are COPYed into
+temporary staging tables (`ekko_import_*`, dropped at commit) and moved with one INSERT … SELECT
+per table, which the tenant policy checks row by row; nodes a newer file revision replaces are
+updated from the staging table in one statement, with their audit events. A copy into an empty
+workspace may run its big insert on the same connection in a worker thread while the file reading
+goes on (`in_background`); every other call first waits for that statement.
+
+Every function takes `tenant=` and refuses to run unless that tenant is bound in the current
+transaction: one import is one `tenant_context`, so all its statements commit or roll back together.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from django.db import connection
+
+from memory.models import MemoryAuditEvent, MemoryMessage
+from tenants.context import current_tenant_id
+from tenants.models import Tenant, Workspace
+
+__all__ = [
+    "EVENT_STAGING_COLUMNS",
+    "MESSAGE_STAGING_COLUMNS",
+    "NODE_STAGING_COLUMNS",
+    "SUMMARY_STAGING_COLUMNS",
+    "ImportStaging",
+    "audit_events_create",
+    "audit_events_insert_staged",
+    "audit_events_stage",
+    "import_staging_abandon",
+    "import_staging_close",
+    "import_staging_open",
+    "messages_create",
+    "messages_insert_staged",
+    "messages_stage",
+    "nodes_apply_staged",
+    "nodes_clear_dangling_links",
+    "nodes_insert_staged_in_background",
+    "nodes_stage",
+    "nodes_staged_slots",
+    "nodes_unstage",
+    "summaries_insert_staged",
+    "summaries_stage",
+    "summaries_unstage_broken_chains",
+]
+
+MESSAGE_STAGING_COLUMNS = (
+    "tenant_id", "workspace_id", "message_id", "session_id", "user_id", "parent_id", "role", "content",
+    "channel", "agent_name", "metadata", "token_count", "created_at", "search_text", "embedding",
+    "embedding_model",
+)
+SUMMARY_STAGING_COLUMNS = (
+    "id", "tenant_id", "workspace_id", "session_id", "parent_summary_id", "from_message_id", "to_message_id",
+    "summary", "current_goal", "constraints", "preferences", "decisions", "completed_work", "pending_work",
+    "known_issues", "created_at",
+)
+NODE_STAGING_COLUMNS = (
+    "id", "tenant_id", "workspace_id", "user_id", "session_id", "parent_id", "supersedes_id", "scope",
+    "owner_ref", "kind", "item_key", "key", "domain", "category_path", "category_path_text", "type",
+    "value_json", "title", "content", "status", "confidence", "importance", "tags", "entities",
+    "source_message_ids", "explicit_user_intent", "revision", "created_at", "updated_at", "expires_at",
+    "access_count", "last_accessed_at", "search_text", "embedding", "embedding_model",
+)
+EVENT_STAGING_COLUMNS = (
+    "id", "tenant_id", "workspace_id", "event_type", "node_id", "session_id", "user_id", "actor", "reason",
+    "payload", "created_at",
+)
+# Staged beside a summary's and a node's columns: the file's id (for reports) and, for nodes, the action.
+SUMMARY_STAGING_EXTRA = ("source_id",)
+NODE_STAGING_EXTRA = ("import_action", "source_id")
+
+_NODE_UPDATED_COLUMNS = tuple(
+    c for c in NODE_STAGING_COLUMNS
+    if c not in {"id", "tenant_id", "workspace_id", "created_at", "access_count", "last_accessed_at",
+                 "embedding", "embedding_model"}
+)
+_STAGING = {
+    "memory_memorymessage": "ekko_import_messages",
+    "memory_memorysummary": "ekko_import_summaries",
+    "memory_memorynode": "ekko_import_nodes",
+    "memory_memoryauditevent": "ekko_import_events",
+}
+# JSON values are staged as the file's own (already validated) JSON text: PostgreSQL turns them into
+# jsonb far faster than Python can re-encode them ("json" → jsonb). Arrays ("array") are staged as
+# PostgreSQL array literals (memory.transfer.sqlite_format.pg_array), cast to varchar[] on insert.
+_JSON_TEXT_COLUMNS: dict[str, dict[str, str]] = {
+    "memory_memorymessage": {"metadata": "json"},
+    "memory_memorysummary": {
+        c: "json"
+        for c in ("constraints", "preferences", "decisions", "completed_work", "pending_work", "known_issues")
+    },
+    "memory_memorynode": {
+        "category_path": "array", "tags": "array", "entities": "array", "source_message_ids": "array",
+        "value_json": "json",
+    },
+    "memory_memoryauditevent": {"payload": "json"},
+}
+
+
+class _Background:
+    """One SQL statement running on the import's connection in a worker thread while Python reads the file.
+
+    psycopg connections are thread-safe, and the importing thread touches the database again only after
+    `wait()`; errors come back through Django's wrapper so they read like any other database error.
+    """
+
+    def __init__(self, sql: str, *, fetch: bool, on_done: Callable[[Any], None]) -> None:
+        self.on_done = on_done
+        self.result: Any = None
+        self.error: BaseException | None = None
+        raw = connection.connection
+
+        def run() -> None:
+            try:
+                with raw.cursor() as cursor:
+                    cursor.execute(sql)
+                    self.result = cursor.fetchall() if fetch else cursor.rowcount
+            except BaseException as exc:  # noqa: BLE001 - re-raised by wait()
+                self.error = exc
+
+        self.thread = threading.Thread(target=run, name="ekko-import-statement", daemon=True)
+        self.thread.start()
+
+    def wait(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            with connection.wrap_database_errors:
+                raise self.error
+        self.on_done(self.result)
+
+
+@dataclass
+class ImportStaging:
+    """The staging tables of one import and the one statement that may be running in the background."""
+
+    tenant_id: int
+    previous_plan_cache_mode: str
+    pending: _Background | None = field(default=None, repr=False)
+
+    def wait(self) -> None:
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            pending.wait()
+
+
+def _ready(tenant: Tenant, staging: ImportStaging | None = None) -> None:
+    """Refuse to write unless `tenant` is bound in an open transaction (and owns `staging`); wait for it."""
+    if current_tenant_id() != tenant.pk or not connection.in_atomic_block:
+        raise RuntimeError("Import writes run inside tenant_context(tenant) for the tenant they are given.")
+    if staging is not None:
+        if staging.tenant_id != tenant.pk:
+            raise RuntimeError("These staging tables belong to another tenant's import.")
+        staging.wait()
+
+
+def import_staging_open(*, tenant: Tenant, check_each_statement: bool) -> ImportStaging:
+    """Create (or empty) the staging tables; with `check_each_statement`, check foreign keys per statement.
+
+    Checking per statement suits a copy into an empty workspace: nothing there is updated and dangling
+    links are cleared before inserting, so each INSERT checks its own keys while the file reading goes on.
+    """
+    _ready(tenant)
+    with connection.cursor() as cursor:
+        # The app connection forces custom plans (for HNSW search), which makes PostgreSQL re-plan the
+        # cached foreign-key check query for every inserted row: ~4x slower checks. Imports don't search.
+        cursor.execute(
+            "SELECT current_setting('plan_cache_mode'), set_config('plan_cache_mode', 'auto', true)"
+        )
+        staging = ImportStaging(tenant_id=tenant.pk, previous_plan_cache_mode=cursor.fetchone()[0])
+        cursor.execute("SELECT to_regclass('pg_temp.ekko_import_nodes') IS NOT NULL")
+        if cursor.fetchone()[0]:
+            # A second import in the same transaction reuses the tables (no new relations, no new locks).
+            _empty_staging(cursor)
+        else:
+            _create_staging(cursor)
+        if check_each_statement:
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    return staging
+
+
+def _create_staging(cursor: Any) -> None:
+    for table, staging in _STAGING.items():
+        cursor.execute(f"CREATE TEMP TABLE {staging} (LIKE {table} INCLUDING DEFAULTS) ON COMMIT DROP")
+        if table in ("memory_memorymessage", "memory_memorynode"):
+            cursor.execute(f"ALTER TABLE {staging} DROP COLUMN search_vector")
+    # Messages get their integer key from the real table's identity on insert.
+    cursor.execute("ALTER TABLE ekko_import_messages ALTER COLUMN id DROP NOT NULL")
+    for table, columns in _JSON_TEXT_COLUMNS.items():
+        alterations = ", ".join(f"ALTER COLUMN {c} TYPE text USING NULL" for c in columns)
+        cursor.execute(f"ALTER TABLE {_STAGING[table]} {alterations}")
+    cursor.execute("ALTER TABLE ekko_import_nodes ADD COLUMN import_action text NOT NULL DEFAULT 'insert'")
+    cursor.execute("ALTER TABLE ekko_import_nodes ADD COLUMN source_id text")
+    cursor.execute("ALTER TABLE ekko_import_summaries ADD COLUMN source_id text")
+    cursor.execute("CREATE INDEX ON ekko_import_nodes (id)")
+    cursor.execute("CREATE INDEX ON ekko_import_summaries (id)")
+
+
+def _empty_staging(cursor: Any) -> None:
+    cursor.execute("TRUNCATE " + ", ".join(_STAGING.values()))
+
+
+def import_staging_close(*, tenant: Tenant, staging: ImportStaging) -> None:
+    """Check the deferred foreign keys now (inside the import, not at a caller's commit) and empty staging."""
+    _ready(tenant, staging)
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cursor.execute("SET CONSTRAINTS ALL DEFERRED")
+        _empty_staging(cursor)
+        cursor.execute("SELECT set_config('plan_cache_mode', %s, true)", [staging.previous_plan_cache_mode])
+
+
+def import_staging_abandon(*, staging: ImportStaging) -> None:
+    """Let a statement still running end before the transaction rolls back (its error is not the news)."""
+    try:
+        staging.wait()
+    except Exception:  # noqa: BLE001, S110 - the import already failed for the reason being raised
+        pass
+
+
+def _analyze(staging_table: str) -> None:
+    # Temporary tables have no statistics until analysed; without them the joins below plan as nested loops.
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL default_statistics_target = 10")  # a small sample is plenty for join plans
+        cursor.execute(f"ANALYZE {staging_table}")
+        cursor.execute("RESET default_statistics_target")
+
+
+def _copy(staging_table: str, columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> None:
+    if not rows:
+        return
+    with connection.cursor() as cursor:
+        with cursor.cursor.copy(f"COPY {staging_table} ({', '.join(columns)}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+
+
+def _staged_value(table: str, column: str, alias: str = "s") -> str:
+    kind = _JSON_TEXT_COLUMNS.get(table, {}).get(column)
+    if kind == "array":
+        return f"{alias}.{column}::varchar[]"
+    if kind == "json":
+        return f"{alias}.{column}::jsonb"
+    return f"{alias}.{column}"
+
+
+def _insert_staged_sql(table: str, columns: Sequence[str], where: str = "TRUE", returning: str = "") -> str:
+    names = ", ".join(columns)
+    values = ", ".join(_staged_value(table, c) for c in columns)
+    return f"INSERT INTO {table} ({names}) SELECT {values} FROM {_STAGING[table]} s WHERE {where} {returning}"
+
+
+def _run(sql: str, params: Sequence[Any] = (), *, fetch: bool = False) -> Any:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall() if fetch else cursor.rowcount
+
+
+# --- messages -------------------------------------------------------------------------------------
+
+def messages_stage(*, tenant: Tenant, staging: ImportStaging, rows: Sequence[tuple[Any, ...]]) -> None:
+    """COPY messages (MESSAGE_STAGING_COLUMNS order) into staging."""
+    _ready(tenant, staging)
+    _copy("ekko_import_messages", MESSAGE_STAGING_COLUMNS, rows)
+
+
+def messages_insert_staged(
+    *, tenant: Tenant, staging: ImportStaging, parent_renames: dict[str, str], in_background: bool,
+    on_done: Callable[[list[tuple[int, bool]]], None],
+) -> None:
+    """Insert the staged messages; `on_done` gets (pk, has no vector) per row, at once or after the wait."""
+    _ready(tenant, staging)
+    for old, new in parent_renames.items():  # replies to a renamed message follow it
+        _run("UPDATE ekko_import_messages SET parent_id = %s WHERE parent_id = %s", [new, old])
+    sql = _insert_staged_sql("memory_memorymessage", MESSAGE_STAGING_COLUMNS,
+                             returning="RETURNING id, embedding IS NULL")
+    if in_background:
+        staging.pending = _Background(sql, fetch=True, on_done=on_done)
+    else:
+        on_done(_run(sql, fetch=True))
+
+
+def messages_create(*, tenant: Tenant, messages: Sequence[MemoryMessage]) -> list[int]:
+    """Insert unsaved messages of `tenant` (a JSONL import's new lines) and return their primary keys."""
+    _ready(tenant)
+    if any(message.tenant_id != tenant.pk for message in messages):
+        raise RuntimeError("Every imported message must belong to the tenant it is imported into.")
+    return [message.pk for message in MemoryMessage.objects.bulk_create(messages)]
+
+
+# --- summaries ------------------------------------------------------------------------------------
+
+def summaries_stage(*, tenant: Tenant, staging: ImportStaging, rows: Sequence[tuple[Any, ...]]) -> None:
+    """COPY summaries (SUMMARY_STAGING_COLUMNS + SUMMARY_STAGING_EXTRA order) into staging."""
+    _ready(tenant, staging)
+    _copy("ekko_import_summaries", (*SUMMARY_STAGING_COLUMNS, *SUMMARY_STAGING_EXTRA), rows)
+
+
+def summaries_unstage_broken_chains(
+    *, tenant: Tenant, staging: ImportStaging, workspace: Workspace, relink: dict[UUID, UUID | None]
+) -> list[tuple[str, str]]:
+    """Drop staged summaries that would fork a session's chain or hang from a missing parent.
+
+    Staged parents named in `relink` (a summary left out → the parent its children hang from instead)
+    are replaced first. Returns (file id, "missing_parent" | "chain_fork") for each summary dropped,
+    repeating until the chain holds.
+    """
+    _ready(tenant, staging)
+    for left_out, parent in relink.items():
+        _run("UPDATE ekko_import_summaries SET parent_summary_id = %s WHERE parent_summary_id = %s",
+             [parent, left_out])
+    _analyze("ekko_import_summaries")
+    dropped_all: list[tuple[str, str]] = []
+    while True:
+        dropped = _run(
+            """
+            SELECT s.source_id,
+                   CASE WHEN s.parent_summary_id IS NOT NULL AND p.id IS NULL AND q.id IS NULL
+                                     THEN 'missing_parent' ELSE 'chain_fork' END
+            FROM ekko_import_summaries s
+            LEFT JOIN ekko_import_summaries q ON q.id = s.parent_summary_id
+            LEFT JOIN memory_memorysummary p ON p.id = s.parent_summary_id AND p.tenant_id = %s
+            WHERE (s.parent_summary_id IS NOT NULL AND p.id IS NULL AND q.id IS NULL)
+               OR EXISTS (SELECT 1 FROM memory_memorysummary e
+                          WHERE e.tenant_id = %s AND e.workspace_id = %s AND e.session_id = s.session_id
+                            AND e.parent_summary_id IS NOT DISTINCT FROM s.parent_summary_id
+                            AND e.id <> s.id)
+            """,
+            [tenant.pk, tenant.pk, workspace.pk], fetch=True,
+        )
+        if not dropped:
+            return dropped_all
+        dropped_all += dropped
+        _run("DELETE FROM ekko_import_summaries WHERE source_id = ANY(%s)", [[s for s, _ in dropped]])
+
+
+def summaries_insert_staged(*, tenant: Tenant, staging: ImportStaging) -> int:
+    """Insert the staged summaries and return how many."""
+    _ready(tenant, staging)
+    return _run(_insert_staged_sql("memory_memorysummary", SUMMARY_STAGING_COLUMNS))
+
+
+# --- nodes ----------------------------------------------------------------------------------------
+
+def nodes_stage(*, tenant: Tenant, staging: ImportStaging, rows: Sequence[tuple[Any, ...]]) -> None:
+    """COPY nodes (NODE_STAGING_COLUMNS + NODE_STAGING_EXTRA order) into staging."""
+    _ready(tenant, staging)
+    _copy("ekko_import_nodes", (*NODE_STAGING_COLUMNS, *NODE_STAGING_EXTRA), rows)
+
+
+@dataclass(frozen=True)
+class SlotOccupant:
+    """A staged active node whose slot a stored active node (`holder_id`) already holds."""
+
+    staged_id: UUID
+    source_id: str
+    action: str  # "insert" | "update"
+    holder_id: UUID
+    staged: dict[str, Any]  # title, content, value_json of the staged node
+    holder: dict[str, Any]  # the same of the stored node
+
+
+@dataclass(frozen=True)
+class StagedSlots:
+    clashes: list[tuple[str, str, str, list[str]]]  # (scope, owner, key, file ids) held twice in the file
+    occupants: list[SlotOccupant]
+
+
+def nodes_staged_slots(*, tenant: Tenant, staging: ImportStaging) -> StagedSlots:
+    """Return the slots the staged active nodes would hold twice: in the file, or with a stored node."""
+    _ready(tenant, staging)
+    _analyze("ekko_import_nodes")
+    clashes = _run(
+        """
+        SELECT scope, owner_ref, key, array_agg(source_id ORDER BY source_id)
+        FROM ekko_import_nodes WHERE status = 'active' GROUP BY scope, owner_ref, key HAVING count(*) > 1
+        LIMIT 5
+        """, fetch=True,
+    )
+    if clashes:
+        return StagedSlots(clashes=clashes, occupants=[])
+    rows = _run(
+        """
+        SELECT s.id, s.source_id, s.import_action, n.id, s.title, s.content, s.value_json::jsonb,
+               n.title, n.content, n.value_json
+        FROM ekko_import_nodes s
+        JOIN memory_memorynode n ON n.tenant_id = %s AND n.status = 'active' AND n.scope = s.scope
+             AND n.owner_ref = s.owner_ref AND n.key = s.key AND n.id <> s.id
+        WHERE s.status = 'active'
+          AND NOT EXISTS (SELECT 1 FROM ekko_import_nodes u
+                          WHERE u.id = n.id AND (u.status <> 'active' OR u.scope <> n.scope
+                                                 OR u.owner_ref <> n.owner_ref OR u.key <> n.key))
+        """, [tenant.pk], fetch=True,
+    )
+    occupants = [
+        SlotOccupant(
+            staged_id=row[0], source_id=row[1], action=row[2], holder_id=row[3],
+            staged={"title": row[4], "content": row[5], "value_json": row[6]},
+            holder={"title": row[7], "content": row[8], "value_json": row[9]},
+        )
+        for row in rows
+    ]
+    return StagedSlots(clashes=[], occupants=occupants)
+
+
+def nodes_unstage(
+    *, tenant: Tenant, staging: ImportStaging, ids: Sequence[UUID], relink: Sequence[tuple[UUID, UUID]] = ()
+) -> None:
+    """Drop staged nodes by id; links to a dropped node in `relink` (dropped, holder) follow the holder."""
+    _ready(tenant, staging)
+    if ids:
+        _run("DELETE FROM ekko_import_nodes WHERE id = ANY(%s)", [list(ids)])
+    for dropped, holder in relink:
+        for link in ("parent_id", "supersedes_id"):
+            _run(f"UPDATE ekko_import_nodes SET {link} = %s WHERE {link} = %s", [holder, dropped])
+
+
+def nodes_clear_dangling_links(*, tenant: Tenant, staging: ImportStaging) -> int:
+    """Clear staged links to nodes neither staged nor stored in `tenant`; return how many were cleared."""
+    _ready(tenant, staging)
+    cleared = 0
+    for link in ("parent_id", "supersedes_id"):
+        cleared += _run(
+            f"""
+            UPDATE ekko_import_nodes s SET {link} = NULL
+            WHERE {link} IS NOT NULL
+              AND NOT EXISTS (SELECT 1 FROM ekko_import_nodes x WHERE x.id = s.{link})
+              AND NOT EXISTS (SELECT 1 FROM memory_memorynode n WHERE n.id = s.{link} AND n.tenant_id = %s)
+            """,
+            [tenant.pk],
+        )
+    return cleared
+
+
+def nodes_insert_staged_in_background(
+    *, tenant: Tenant, staging: ImportStaging, on_done: Callable[[int], None]
+) -> list[tuple[UUID, bool]]:
+    """Start inserting every staged node (a copy into an empty workspace); return (id, has a vector) each."""
+    _ready(tenant, staging)
+    staged = _run("SELECT id, embedding IS NOT NULL FROM ekko_import_nodes", fetch=True)
+    sql = _insert_staged_sql("memory_memorynode", NODE_STAGING_COLUMNS)
+    staging.pending = _Background(sql, fetch=False, on_done=on_done)
+    return staged
+
+
+@dataclass(frozen=True)
+class AppliedNodes:
+    updated: int
+    inserted: int
+    written: list[tuple[UUID, bool, bool]]  # (id, vector came from the file, stored row has no vector)
+    updates: list[tuple[UUID, str | None, int | None]]  # (id, session id, user id) of each updated node
+
+
+def nodes_apply_staged(*, tenant: Tenant, staging: ImportStaging) -> AppliedNodes:
+    """Update the nodes staged as "update" (keeping a vector when the text is unchanged), insert the rest."""
+    _ready(tenant, staging)
+    assignments = ", ".join(f"{c} = {_staged_value('memory_memorynode', c)}" for c in _NODE_UPDATED_COLUMNS)
+    updated = 0
+    # Nodes leaving a slot are updated before nodes entering one, so the one-active-per-slot index holds.
+    for status_test in ("s.status <> 'active'", "s.status = 'active'"):
+        updated += _run(
+            f"""
+            UPDATE memory_memorynode n SET {assignments},
+                   embedding = CASE WHEN s.embedding IS NOT NULL THEN s.embedding
+                                    WHEN s.title = n.title AND s.content = n.content THEN n.embedding END,
+                   embedding_model = CASE WHEN s.embedding IS NOT NULL THEN s.embedding_model
+                                          WHEN s.title = n.title AND s.content = n.content
+                                          THEN n.embedding_model ELSE '' END
+            FROM ekko_import_nodes s
+            WHERE s.import_action = 'update' AND n.id = s.id AND n.tenant_id = %s AND {status_test}
+            """,
+            [tenant.pk],
+        )
+    # One statement: links between new rows are fine (foreign keys are checked at its end at the earliest)
+    # and no two of them hold the same active slot (settled before).
+    inserted = _run(_insert_staged_sql("memory_memorynode", NODE_STAGING_COLUMNS, "import_action = 'insert'"))
+    written = _run(
+        """
+        SELECT s.id, s.embedding IS NOT NULL, n.embedding IS NULL
+        FROM ekko_import_nodes s JOIN memory_memorynode n ON n.id = s.id AND n.tenant_id = %s
+        """, [tenant.pk], fetch=True,
+    )
+    updates = _run(
+        "SELECT id, session_id, user_id FROM ekko_import_nodes WHERE import_action = 'update' "
+        "ORDER BY source_id",
+        fetch=True,
+    )
+    return AppliedNodes(updated=updated, inserted=inserted, written=written, updates=updates)
+
+
+# --- audit events ---------------------------------------------------------------------------------
+
+def audit_events_stage(*, tenant: Tenant, staging: ImportStaging, rows: Sequence[tuple[Any, ...]]) -> None:
+    """COPY audit events (EVENT_STAGING_COLUMNS order) into staging."""
+    _ready(tenant, staging)
+    _copy("ekko_import_events", EVENT_STAGING_COLUMNS, rows)
+
+
+def audit_events_insert_staged(*, tenant: Tenant, staging: ImportStaging) -> int:
+    """Insert the staged audit events and return how many."""
+    _ready(tenant, staging)
+    return _run(_insert_staged_sql("memory_memoryauditevent", EVENT_STAGING_COLUMNS))
+
+
+def audit_events_create(*, tenant: Tenant, events: Sequence[MemoryAuditEvent]) -> None:
+    """Insert unsaved audit events of `tenant` (the import's own "update" events)."""
+    _ready(tenant)
+    if any(event.tenant_id != tenant.pk for event in events):
+        raise RuntimeError("Every audit event must belong to the tenant it is written for.")
+    MemoryAuditEvent.objects.bulk_create(events, batch_size=1000)

@@ -1,0 +1,146 @@
+"""Import an Ekko local-format SQLite file into one workspace, in one tenant-bound transaction.
+
+The file's shape is checked first (memory.transfer.sqlite_format), then its tables are read in
+order — messages, summaries, nodes, audit events (memory.transfer.sqlite_import_*) — every row
+validated and compared with what is stored: identical → skipped, a newer node revision → updated,
+anything else → a reported conflict. The rows kept are written by memory.services.imports (staged
+with COPY, moved with one statement per table); this package never writes memory tables itself.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+from django.db import DataError, IntegrityError, transaction
+
+from memory.models import MemoryAuditEvent, MemoryMessage, MemoryNode, MemorySummary
+from memory.services import imports
+from memory.transfer.report import ImportError_, ImportReport, Progress, no_progress
+from memory.transfer.selectors import members_named, workspace_in_tenant
+from memory.transfer.signatures import SearchTextSigner
+from memory.transfer.sqlite_export import CHUNK_SIZE
+from memory.transfer.sqlite_format import (
+    FileInfo,
+    closing_sqlite,
+    server_embedding_model,
+    sqlite_file_inspect,
+)
+from memory.transfer.sqlite_import_events import import_audit_events
+from memory.transfer.sqlite_import_messages import import_messages, import_summaries
+from memory.transfer.sqlite_import_nodes import import_nodes
+from memory.transfer.sqlite_import_state import ImportState
+from tenants.context import tenant_context
+from tenants.models import Tenant, Workspace
+
+__all__ = ["workspace_import_sqlite"]
+
+EMBED_BATCH = 500
+
+
+def workspace_import_sqlite(
+    *,
+    tenant: Tenant,
+    workspace: Workspace | int,
+    path: str | os.PathLike[str],
+    actor: str = "system",
+    chunk_size: int = CHUNK_SIZE,
+    progress: Progress | None = None,
+    embed_after_commit: bool = True,
+) -> ImportReport:
+    """Import an Ekko local-format file into `workspace` in one transaction and report what happened.
+
+    The file is checked first (ImportError_, code "invalid", nothing written). Into the workspace it
+    was exported from, ids are kept: identical rows are skipped, a node whose file revision is at
+    least the stored one becomes a new revision (audit event "update", reason "import"), an older
+    or clashing row is a conflict and the stored row wins. Into any other workspace the rows are a
+    copy with ids derived from (workspace, file id), so importing the same file twice adds nothing.
+    Rows left without a vector are queued for embedding after commit unless `embed_after_commit` is
+    False (then the periodic `memory.embed_missing` sweep catches up).
+    """
+    file = sqlite_file_inspect(path)
+    with closing_sqlite(Path(path)) as source, tenant_context(tenant):
+        ws = workspace_in_tenant(tenant, workspace)
+        same = file.info.get("tenant") == tenant.slug and file.info.get("workspace_id") == str(ws.pk)
+        state = ImportState(
+            tenant=tenant,
+            workspace=ws,
+            file=file,
+            source=source,
+            report=ImportReport(mode="same_workspace" if same else "copy"),
+            progress=progress or no_progress,
+            actor=actor,
+            chunk_size=chunk_size,
+            same_workspace=same,
+            source_tag=f"{file.info.get('tenant', 'local')}/{file.info.get('workspace_id', '-')}",
+            members=members_named(tenant, _usernames_in_file(source, file)),
+            server_model=server_embedding_model(),
+            signer=SearchTextSigner(),
+        )
+        try:
+            # A savepoint, so a failed statement leaves the tenant transaction usable for its cleanup.
+            with transaction.atomic():
+                _import_rows(state)
+        except (IntegrityError, DataError) as exc:
+            raise ImportError_(
+                f"The file's rows contradict each other or this workspace ({str(exc).splitlines()[0]}); "
+                "nothing was imported."
+            ) from exc
+        except sqlite3.DatabaseError as exc:
+            raise ImportError_(f"The SQLite file cannot be read ({exc}); nothing was imported.") from exc
+        if embed_after_commit:
+            _queue_embedding(state)
+    return state.report
+
+
+def _import_rows(state: ImportState) -> None:
+    source = state.source
+    # A copy into a workspace with no rows at all: its derived ids cannot exist yet, so nothing is looked up,
+    # foreign keys are checked statement by statement, and big inserts run while Python reads on.
+    state.fresh = not state.same_workspace and not any(
+        model.objects.filter(tenant=state.tenant, workspace=state.workspace).exists()
+        for model in (MemoryNode, MemoryMessage, MemorySummary, MemoryAuditEvent)
+    )
+    for table, mapping in (("memory_nodes", state.node_map), ("memory_summaries", state.summary_map)):
+        mapping.update(
+            (i, state.target_uuid(i))
+            for (i,) in source.execute(f"SELECT id FROM {table}")
+            if isinstance(i, str)
+        )
+    state.staging = imports.import_staging_open(tenant=state.tenant, check_each_statement=state.fresh)
+    try:
+        import_messages(state)
+        import_summaries(state)
+        import_nodes(state)
+        import_audit_events(state)
+    except BaseException:
+        imports.import_staging_abandon(staging=state.staging)  # the statement must end before the rollback
+        raise
+    imports.import_staging_close(tenant=state.tenant, staging=state.staging)
+
+
+def _usernames_in_file(source: sqlite3.Connection, file: FileInfo) -> set[str]:
+    names: set[str] = set()
+    for table in ("memory_messages", "memory_nodes", "memory_audit_events"):
+        if file.has(table, "user_id"):
+            rows = source.execute(f"SELECT DISTINCT user_id FROM {table}")
+            names.update(name for (name,) in rows if isinstance(name, str))
+    return names
+
+
+def _queue_embedding(state: ImportState) -> None:
+    """After commit, queue embeddings for the rows imported without a usable vector, in batches."""
+    from memory.pipeline import background, tasks
+
+    tenant_id = state.tenant.pk
+    nodes, messages = list(state.nodes_to_embed), list(state.messages_to_embed)
+
+    def queue() -> None:
+        for start in range(0, len(nodes), EMBED_BATCH):
+            background.enqueue(tasks.embed_nodes, tenant_id, nodes[start : start + EMBED_BATCH])
+        for start in range(0, len(messages), EMBED_BATCH):
+            background.enqueue(tasks.embed_messages, tenant_id, messages[start : start + EMBED_BATCH])
+
+    if nodes or messages:
+        transaction.on_commit(queue)

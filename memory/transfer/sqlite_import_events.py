@@ -1,0 +1,110 @@
+"""Import of a file's audit history (`memory_audit_events`), after the nodes it describes.
+
+Events are append-only: one identical to the stored event is skipped, a different one under the
+same id is a conflict. An event's node id is mapped like the node's (events outlive hard-forgotten
+cards, so it is mapped even when the node is not in the file), and the history of a card that was
+not imported (conflict, duplicate, refused or forgotten) stays out with it. The rows kept are
+written by memory.services.imports.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memory.models import MemoryAuditEvent
+from memory.services import imports
+from memory.transfer.selectors import audit_events_of
+from memory.transfer.sqlite_format import AUDIT_COLUMNS, canonical_json
+from memory.transfer.sqlite_import_state import ImportState, read_chunks, split_verified, stored_key
+from memory.transfer.sqlite_rows import EVENT_TYPES, MAX, FileRow
+
+__all__ = ["import_audit_events"]
+
+_AUDIT_COMPARED = (
+    "event_type", "node_id", "session_id", "user__username", "actor", "reason", "payload", "created_at"
+)
+
+
+def _audit_fast(state: ImportState, row: FileRow) -> tuple[Any, ...] | None:
+    v = row.values
+    source_node = v["node_id"]
+    node_id = state.event_node_id(source_node)
+    if node_id in state.nodes_not_imported:
+        return None
+    return (
+        state.target_uuid(v["id"]), state.tenant.pk, state.workspace.pk, v["event_type"], node_id,
+        v["session_id"], state.member(v["user_id"]), v["actor"], v["reason"], v["payload_json"],
+        v["created_at"],
+    )
+
+
+def import_audit_events(state: ImportState) -> None:
+    ws, tenant = state.workspace, state.tenant
+    sql = "SELECT * FROM memory_audit_events ORDER BY rowid"
+    held: list[tuple[Any, ...]] = []
+    for chunk in read_chunks(state, "memory_audit_events", sql, "audit events"):
+        verified, chunk = split_verified(state, "memory_audit_events", AUDIT_COLUMNS, chunk)
+        staged = [event for event in (_audit_fast(state, row) for row in verified) if event is not None]
+        state.report.skipped.audit_events += len(verified) - len(staged)
+        incoming = [_audit_in(state, row) for row in chunk]
+        ids = [e["id"] for e in incoming]
+        existing = {} if state.fresh else {
+            values[0]: stored_key(values[1:], [6])
+            for values in audit_events_of(tenant, ws).filter(pk__in=ids).values_list("id", *_AUDIT_COMPARED)
+        }
+        elsewhere = set() if state.fresh else set(
+            MemoryAuditEvent.objects.filter(tenant=tenant, pk__in=ids)
+            .exclude(pk__in=list(existing))
+            .values_list("id", flat=True)
+        )
+        for event in incoming:
+            stored = existing.get(event["id"])
+            if stored is not None or event["id"] in elsewhere:
+                if stored == _audit_key(state, event):
+                    state.report.skipped.audit_events += 1
+                else:
+                    state.report.conflict(
+                        "auditEvents", event["source_id"], "changed",
+                        "a different audit event with this id is stored; events are append-only",
+                    )
+                continue
+            if event["node_id"] in state.nodes_not_imported:
+                state.report.skipped.audit_events += 1
+                continue
+            staged.append((
+                event["id"], tenant.pk, ws.pk, event["event_type"], event["node_id"], event["session_id"],
+                event["user"], event["actor"], event["reason"],
+                None if event["payload"] is None else event["payload_text"], event["created_at"],
+            ))
+        if state.fresh:
+            held.extend(staged)  # the nodes' insert may still be running; staged once it is done
+        else:
+            imports.audit_events_stage(tenant=tenant, staging=state.staging, rows=staged)
+        state.report.imported.audit_events += len(staged)
+    imports.audit_events_stage(tenant=tenant, staging=state.staging, rows=held)
+    imports.audit_events_insert_staged(tenant=tenant, staging=state.staging)
+
+
+def _audit_in(state: ImportState, row: FileRow) -> dict[str, Any]:
+    source_id = row.text("id")
+    source_node = row.text("node_id", required=False)
+    return {
+        "id": state.target_uuid(source_id),
+        "source_id": source_id,
+        "event_type": row.choice("event_type", EVENT_TYPES),
+        "node_id": state.event_node_id(source_node),
+        "session_id": row.text("session_id", required=False, max_length=MAX["session_id"]),
+        "user": state.member(row.text("user_id", required=False)),
+        "actor": row.text("actor", max_length=MAX["actor"]),
+        "reason": row.text("reason"),
+        "payload": row.json("payload_json"),
+        "payload_text": row.values.get("payload_json"),
+        "created_at": row.timestamp("created_at"),
+    }
+
+
+def _audit_key(state: ImportState, event: dict[str, Any]) -> tuple[Any, ...]:
+    return (
+        event["event_type"], event["node_id"], event["session_id"], state.username(event["user"]),
+        event["actor"], event["reason"], canonical_json(event["payload"]), event["created_at"],
+    )
