@@ -48,7 +48,20 @@ class NotFound(MemoryServiceError):
 
 
 class RevisionConflict(MemoryServiceError):
+    """409: the target moved on since the caller read it; the body says where it is now (API.md).
+
+    `current_revision` and `node_status` describe the target as stored; `superseded_by_id` names the
+    newest revision of its chain when it was superseded, so an agent can read that one and retry.
+    """
+
     status, code = 409, "revision_conflict"
+
+    def __init__(self, detail: str, *, errors: dict[str, list[str]] | None = None,
+                 current_revision: int | None = None, node_status: str | None = None,
+                 superseded_by_id: Any = None) -> None:
+        target = {"currentRevision": current_revision, "status": node_status,
+                  "supersededById": None if superseded_by_id is None else str(superseded_by_id)}
+        super().__init__(detail, errors=errors, **{k: v for k, v in target.items() if v is not None})
 
 
 class RequiresConfirmation(MemoryServiceError):

@@ -77,12 +77,23 @@ def node_get(*, viewer: Viewer, node_id: str | UUID) -> MemoryNode:
 
 
 def superseded_by_ids(*, tenant: Tenant, node_ids: list[UUID]) -> dict[UUID, UUID]:
-    """Return {old id: id of the node that superseded it} for the given ids."""
-    if not node_ids:
-        return {}
+    """Return {old id: id of the newest revision of its chain} for the given ids that were superseded.
+
+    The newest revision is the active card whenever the chain still has one: an agent that follows
+    `supersededById` lands on the card to re-read and retry against, however many supersedes happened.
+    One query per link of the longest chain.
+    """
+    heads: dict[UUID, UUID] = {}
     with tenant_context(tenant):
-        pairs = MemoryNode.objects.filter(tenant=tenant, supersedes_id__in=node_ids).values_list("supersedes_id", "pk")
-        return dict(pairs)
+        frontier = {pk: pk for pk in node_ids}  # newest revision found so far → the id it answers for
+        for _link in range(1000):
+            successors = MemoryNode.objects.filter(
+                tenant=tenant, supersedes_id__in=list(frontier)).values_list("supersedes_id", "pk")
+            frontier = {new: frontier[old] for old, new in successors}
+            if not frontier:
+                break
+            heads.update({origin: newest for newest, origin in frontier.items()})
+    return heads
 
 
 @dataclass(frozen=True)

@@ -418,3 +418,18 @@ class ErrorSerializer(serializers.Serializer):
     code = serializers.CharField()
     detail = serializers.CharField()
     errors = serializers.DictField(child=serializers.ListField(child=serializers.CharField()), required=False)
+
+
+class ConflictSerializer(ErrorSerializer):
+    """A 409: `revision_conflict` says where the target is now, `requires_confirmation` what matched."""
+
+    currentRevision = serializers.IntegerField(
+        required=False, help_text="revision_conflict: the target's revision as stored now.")
+    status = serializers.ChoiceField(
+        choices=["active", "superseded", "expired", "deleted"], required=False,
+        help_text="revision_conflict: the target's status as stored now.")
+    supersededById = serializers.UUIDField(
+        required=False, help_text="revision_conflict on a superseded target: the newest revision of its "
+                                  "chain (the active card); read it and retry with its id and revision.")
+    candidates = MemoryNodeSerializer(
+        many=True, required=False, help_text="requires_confirmation: the memories that matched.")

@@ -6,20 +6,35 @@ import copy
 from functools import cache
 from typing import Any
 
+# What the model does on each 409 (API.md's errors), said once and shared by the tools that can answer it.
+REVISION_CONFLICT = (
+    "On 409 revision_conflict the card moved on since you read it: the error carries currentRevision, status "
+    "and, when the card was superseded, supersededById (its current version). Re-read the card (or the one "
+    "supersededById names) and retry with its id and current revision if your change still applies; "
+    "otherwise drop the change. Never retry with the old revision.")
+REQUIRES_CONFIRMATION = (
+    "On 409 requires_confirmation several cards matched and the error lists them as candidates: ask the user "
+    "which ones they mean, then call again with targets (id + expectedRevision of each), or with all: true "
+    "only when the user asked for every one.")
+
 TOOLS = {
     "memory_search": ("MemoryQueryRequest",
-                      "Search long-term memory. Use kinds/key/valueJson for known categories, queryText for open "
-                      "questions, all: true to list everything. An empty result without all: true does not mean "
-                      "memory is empty."),
+                      "Search long-term memory. Use kinds/key/valueJson for known categories, queryText for "
+                      "open questions, all: true to list everything. An empty result without all: true does "
+                      "not mean memory is empty."),
     "memory_get": ("MemoryGetRequest",
-                   "Fetch the one active memory card matching a selector, with its id and revision for later writes."),
+                   "Fetch the one active memory card matching a selector, with its id and revision for "
+                   "later writes. On 409 requires_confirmation several cards match: narrow the selector, "
+                   "or use the candidates' ids."),
     "memory_write": ("MemoryWriteRequest",
-                     "Create, update, supersede or expire memory cards atomically. create needs a kind; update, "
-                     "supersede and expire need targetId and expectedRevision. Set explicitUserIntent only when "
-                     "the user asked to remember. When done is true the write is complete: do not repeat it."),
+                     "Create, update, supersede or expire memory cards atomically. create needs a kind; "
+                     "update, supersede and expire need targetId and expectedRevision. Set "
+                     "explicitUserIntent only when the user asked to remember. When done is true the write "
+                     "is complete: do not repeat it. A refused batch changes nothing. " + REVISION_CONFLICT),
     "memory_forget": ("MemoryForgetRequest",
                       "Forget memories the user asked to forget (explicitUserIntent: true, reason required). "
-                      "Soft by default; hard erases the content for good."),
+                      "Soft by default; hard erases the content for good. " + REQUIRES_CONFIRMATION + " "
+                      + REVISION_CONFLICT),
 }
 
 

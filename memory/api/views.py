@@ -30,6 +30,8 @@ from tenants.services import workspace_create
 logger = logging.getLogger(__name__)
 
 ERRORS = {status: OpenApiResponse(s.ErrorSerializer) for status in (400, 401, 403, 404, 409, 413, 429, 503)}
+# memory/write and memory/forget answer 409 with where the target is now (or what a selector matched).
+CONFLICT_ERRORS = {**ERRORS, 409: OpenApiResponse(s.ConflictSerializer)}
 
 # memory.access's rule, as the OpenAPI descriptions of the operations that name a workspace or person say it.
 REACH = ("A browser session without the owner or admin role may name only a `workspaceId` it belongs to "
@@ -152,7 +154,8 @@ def _selector(data: dict[str, Any], viewer: Viewer) -> NodeSelector:
 
 class MemoryGetApi(MemoryApiView):
     @extend_schema(operation_id="memory_get", description=REACH + SELECTOR_WORKSPACE,
-                   request=s.MemoryGetSerializer, responses={200: s.NodeEnvelopeSerializer, **ERRORS})
+                   request=s.MemoryGetSerializer,
+                   responses={200: s.NodeEnvelopeSerializer, **CONFLICT_ERRORS})
     def post(self, request: Request) -> Response:
         data = _parse(s.MemoryGetSerializer, request.data)
         viewer = self.viewer(workspace_ref=data.get("workspace_id"), user_ref=data.get("user_id"))
@@ -162,7 +165,7 @@ class MemoryGetApi(MemoryApiView):
 
 class MemoryWriteApi(MemoryApiView):
     @extend_schema(operation_id="memory_write", description=REACH, request=s.MemoryWriteSerializer,
-                   responses={200: s.MemoryWriteResultSerializer, **ERRORS})
+                   responses={200: s.MemoryWriteResultSerializer, **CONFLICT_ERRORS})
     def post(self, request: Request) -> Response:
         data = _parse(s.MemoryWriteSerializer, request.data)
         if len(data["operations"]) > services.MAX_OPERATIONS:
@@ -184,7 +187,7 @@ class MemoryWriteApi(MemoryApiView):
 class MemoryForgetApi(MemoryApiView):
     @extend_schema(operation_id="memory_forget", description=REACH + SELECTOR_WORKSPACE,
                    request=s.MemoryForgetSerializer,
-                   responses={200: s.MemoryForgetResultSerializer, **ERRORS})
+                   responses={200: s.MemoryForgetResultSerializer, **CONFLICT_ERRORS})
     def post(self, request: Request) -> Response:
         data = _parse(s.MemoryForgetSerializer, request.data)
         viewer = self.viewer(workspace_ref=data.get("workspace_id"), session_id=data.get("session_id"),

@@ -14,11 +14,12 @@ from uuid import UUID
 
 from django.utils import timezone
 
-from memory.errors import Forbidden, Invalid, NotFound, RequiresConfirmation, RevisionConflict
+from memory.errors import Forbidden, Invalid, NotFound, RequiresConfirmation
 from memory.models import AuditEventType, MemoryAuditEvent, MemoryNode, NodeStatus
 from memory.selectors import NodeSelector, accessible_nodes, parse_node_id, selector_q, supersede_chain_walk
 from memory.services.audit import audit_node_change
 from memory.services.guards import require_node_writable, require_writer
+from memory.services.nodes import require_current
 from memory.visibility import Viewer
 from tenants.context import tenant_context
 
@@ -73,10 +74,9 @@ def _forget_targets(viewer: Viewer, request: ForgetRequest) -> list[MemoryNode]:
             if expected_revision is None:
                 raise Invalid("Forgetting by id needs expectedRevision.",
                               errors={f"targets[{index}].expectedRevision": ["required"]})
-            if node.revision != expected_revision:
-                raise RevisionConflict(
-                    f"Memory {node.pk} is at revision {node.revision}, not {expected_revision}; re-read it.",
-                    currentRevision=node.revision)
+            # A forgotten or expired card may still be forgotten (or erased); a superseded one points on.
+            require_current(viewer, node, expected_revision, field=f"targets[{index}]", action="be forgotten",
+                            statuses=(NodeStatus.ACTIVE, NodeStatus.EXPIRED, NodeStatus.DELETED))
             if request.mode != "hard" and node.status == NodeStatus.DELETED:
                 continue
             chosen.append(node)
@@ -114,12 +114,8 @@ def node_restore(*, viewer: Viewer, node_id: Any, expected_revision: int, reason
                 .filter(pk=parse_node_id(node_id)).first())
         if node is None:
             raise NotFound("No memory node with this id.")
-        if node.revision != expected_revision:
-            raise RevisionConflict(
-                f"Memory {node.pk} is at revision {node.revision}, not {expected_revision}.",
-                currentRevision=node.revision)
-        if node.status != NodeStatus.DELETED:
-            raise Invalid(f"Only forgotten memories can be restored; this one is {node.status}.")
+        require_current(viewer, node, expected_revision, statuses=(NodeStatus.DELETED,),
+                        action="be restored")
         require_node_writable(viewer, node)
         if MemoryNode.objects.filter(tenant=viewer.tenant, scope=node.scope, owner_ref=node.owner_ref,
                                      key=node.key, status=NodeStatus.ACTIVE).exists():

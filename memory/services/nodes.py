@@ -39,7 +39,7 @@ from memory.rules.node_text import node_search_text, same_content
 from memory.rules.scope_policy import validate_scope_for_write
 from memory.rules.sensitive import find_sensitive_node_content
 from memory.rules.values import normalize_value, validate_value
-from memory.selectors import accessible_nodes, parse_node_id, tenant_kinds
+from memory.selectors import accessible_nodes, parse_node_id, superseded_by_ids, tenant_kinds
 from memory.services.audit import audit_node_change
 from memory.services.events import nodes_written_announce
 from memory.services.guards import (
@@ -232,6 +232,32 @@ def _prepare_node(ctx: _WriteContext, draft: dict[str, Any], *,
                              auto_downgraded=downgraded, notes=notes)
 
 
+def require_current(viewer: Viewer, node: MemoryNode, expected_revision: int, *, field: str = "",
+                    statuses: Sequence[str] = (NodeStatus.ACTIVE,), action: str = "change") -> None:
+    """Raise 409 revision_conflict unless `node` is still at `expected_revision` with one of `statuses`.
+
+    Superseding leaves the old revision's number as it was, so the status is checked as well: a
+    stale view of a superseded card answers with the newest revision of its chain to retry against.
+    """
+    if node.revision == expected_revision and node.status in statuses:
+        return
+    field = f"{field}." if field else ""
+    head = (superseded_by_ids(tenant=viewer.tenant, node_ids=[node.pk]).get(node.pk)
+            if node.status == NodeStatus.SUPERSEDED else None)
+    if node.revision != expected_revision:
+        detail = (f"Memory {node.pk} is at revision {node.revision} ({node.status}), not "
+                  f"{expected_revision}; re-read it and retry with the current revision, or drop the change.")
+        errors = {f"{field}expectedRevision": [f"current revision is {node.revision}"]}
+    else:
+        allowed = " or ".join(statuses)
+        detail = f"Memory {node.pk} is {node.status}; only {allowed} memories can {action}."
+        errors = {f"{field}targetId": [f"status is {node.status}"]}
+    if head is not None:
+        detail += f" It was superseded: memory {head} is the newest revision; read that one and retry."
+    raise RevisionConflict(detail, errors=errors, current_revision=node.revision, node_status=node.status,
+                           superseded_by_id=head)
+
+
 def _locked_target(ctx: _WriteContext, target_id: Any, expected_revision: int | None, *,
                    index: int) -> MemoryNode:
     if target_id is None or expected_revision is None:
@@ -242,16 +268,7 @@ def _locked_target(ctx: _WriteContext, target_id: Any, expected_revision: int | 
     node = accessible_nodes(ctx.viewer).select_for_update(of=("self",)).filter(pk=pk).first()
     if node is None:
         raise NotFound("No memory node with this id.")
-    if node.revision != expected_revision:
-        raise RevisionConflict(
-            f"Memory {node.pk} is at revision {node.revision}, not {expected_revision}; "
-            "re-read it and retry.",
-            errors={f"operations[{index}].expectedRevision": [f"current revision is {node.revision}"]},
-            currentRevision=node.revision,
-        )
-    if node.status != NodeStatus.ACTIVE:
-        raise Invalid(f"Memory {node.pk} is {node.status}; only active memories change.",
-                      errors={f"operations[{index}].targetId": [f"status is {node.status}"]})
+    require_current(ctx.viewer, node, expected_revision, field=f"operations[{index}]")
     require_node_writable(ctx.viewer, node)
     return node
 
