@@ -286,12 +286,14 @@ SPECTACULAR_SETTINGS = {
 }
 
 # --- Background work ------------------------------------------------------------------------------
-# No broker configured: tasks run in-process right after commit, so `make run` needs nothing else.
+# No broker configured ("memory://"): tasks run on a background thread of the process that queued them,
+# after the request, and the serving process also runs the beat schedule (ekko_site.inprocess), so
+# `make run` needs nothing else. With a broker: Celery workers and beat, as in docker-compose.
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "") or "memory://"
-CELERY_TASK_ALWAYS_EAGER = CELERY_BROKER_URL == "memory://"
+CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TASK_EAGER_PROPAGATES = False
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or (
-    None if CELERY_TASK_ALWAYS_EAGER else CELERY_BROKER_URL
+    None if CELERY_BROKER_URL == "memory://" else CELERY_BROKER_URL
 )
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -47,3 +47,17 @@ def tenant_a(db):  # noqa: ANN001
 @pytest.fixture
 def tenant_b(db):  # noqa: ANN001
     return make_tenant("tenant-b", owner="bob")
+
+
+@pytest.fixture(autouse=True)
+def background_queue():  # noqa: ANN201
+    """Queued background work waits for the test: `drain_background()` runs it in the test's thread.
+
+    Without a broker, tasks run on a thread after the request (ekko_site.inprocess); that thread's
+    connection could not see the test's transaction, so here the test decides when the work runs.
+    """
+    from ekko_site.inprocess import worker
+
+    worker.autostart = False
+    yield worker
+    worker.clear()

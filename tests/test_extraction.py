@@ -1,8 +1,9 @@
 """Extraction after a turn: rule-based extractor, triggers, applying plans, retries, summary chain, API.
 
 Runs execute the way they do without a broker: `POST extract` (or a trigger) queues the Celery task
-on commit and the task runs in-process; `django_capture_on_commit_callbacks(execute=True)` runs
-those callbacks inside the test transaction. Tenant B always holds the same words, and must not move.
+on commit, on the in-process queue that runs it after the request. In a test,
+`django_capture_on_commit_callbacks(execute=True)` runs those callbacks inside the test transaction
+and `drain_background()` then runs the queue. Tenant B always holds the same words, and must not move.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from ekko_site.celery import app as celery_app
+from ekko_site.inprocess import NO_BROKER, drain_background
 from memory.errors import Forbidden, NotFound
 from memory.models import ExtractionRun, MemoryAuditEvent, MemoryMessage, MemoryNode, MemorySummary
 from memory.pipeline import runs as extraction
@@ -40,15 +43,19 @@ NOW = datetime(2025, 5, 1, 10, 0, tzinfo=UTC)
 
 @pytest.fixture(autouse=True)
 def countdowns(monkeypatch) -> list[int]:
-    """Run the extraction task in this process even when a broker is configured; record countdowns."""
+    """Queue the extraction task in this process even when a broker is configured; record countdowns.
+
+    The run waits in the in-process queue until the test calls `drain_background()`.
+    """
     seen: list[int] = []
+    queue = tasks.extract_session.apply_async
 
     def apply_async(args=(), kwargs=None, countdown=0, **options):  # noqa: ANN001, ANN202
         seen.append(countdown)
-        return tasks.extract_session.apply(args=args, kwargs=kwargs)
+        return queue(args=args, kwargs=kwargs, countdown=countdown, **options)
 
+    monkeypatch.setattr(celery_app.conf, "broker_url", NO_BROKER)
     monkeypatch.setattr(tasks.extract_session, "apply_async", apply_async)
-    monkeypatch.setattr(tasks.extract_session, "delay", lambda *args: apply_async(args))
     return seen
 
 
@@ -84,6 +91,7 @@ def capture(
 def extract(tenant, username: str | None, session: str, on_commit) -> ExtractionRun:
     with on_commit(execute=True):
         run = extraction_request(viewer=viewer_for(tenant, username, session), session_id=session)
+    drain_background()
     return reload(tenant, run)
 
 
@@ -519,6 +527,7 @@ def test_a_failing_extractor_retries_with_backoff_and_applies_once(
     monkeypatch.setattr(extraction, "extract_by_rules", real)
     with django_capture_on_commit_callbacks(execute=True):
         assert extraction_retry_due(now=timezone.now() + timedelta(seconds=31)) == 1
+    drain_background()
     run = reload(tenant_a, run)
     assert (run.status, run.attempts, run.error, run.next_retry_at) == ("done", 2, "", None)
     with django_capture_on_commit_callbacks(execute=True):
@@ -537,6 +546,7 @@ def test_a_run_fails_for_good_after_the_last_attempt(
     run = extract(tenant_a, "alice", "s1", django_capture_on_commit_callbacks)
     with django_capture_on_commit_callbacks(execute=True):
         extraction_retry_due(now=timezone.now() + timedelta(minutes=5))
+    drain_background()
     run = reload(tenant_a, run)
     assert (run.status, run.attempts, run.next_retry_at) == ("failed", 2, None)
     with django_capture_on_commit_callbacks(execute=True):
@@ -550,6 +560,7 @@ def test_the_sweep_requeues_runs_lost_while_queued_or_running(tenant_a, django_c
     with django_capture_on_commit_callbacks(execute=True):
         assert extraction_retry_due() == 0  # not stale yet
         assert extraction_retry_due(now=timezone.now() + timedelta(minutes=11)) == 1
+    drain_background()
     assert reload(tenant_a, run).status == "done" and len(all_nodes(tenant_a)) == 1
 
 
@@ -605,6 +616,7 @@ def test_a_captured_explicit_statement_runs_after_the_turn(
             },
             expect=201,
         )
+    drain_background()
     with tenant_context(tenant_a):
         run = ExtractionRun.objects.get(tenant=tenant_a)
     assert (run.trigger, run.status, countdowns) == ("explicit", "done", [30])
@@ -676,6 +688,7 @@ def test_post_extract_answers_202_and_the_task_shows_done_with_results(
     )
     with django_capture_on_commit_callbacks(execute=True):
         queued = api.post("extract", {"sessionId": "dinner", "userId": "alice"}, expect=202)
+    drain_background()
     assert queued["state"] == "queued"
 
     status = api.get(f"extract/{queued['taskId']}")

@@ -16,9 +16,10 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 from django.utils import timezone
 
+from ekko_site.celery import app as celery_app
+from ekko_site.inprocess import NO_BROKER, drain_background
 from memory.models import ExtractionRun, MemoryNode, MemorySummary
 from memory.pipeline import chat_model as llm
-from memory.pipeline import tasks
 from memory.pipeline.chat_model import ChatClient, LLMError, llm_extract
 from memory.pipeline.plans import SourceMessage
 from memory.pipeline.runs import extraction_retry_due, extraction_run
@@ -197,12 +198,8 @@ def model_server(monkeypatch) -> Iterator[str]:
 @pytest.fixture
 def model(model_server, settings, monkeypatch):
     """Configure the chat model; `model("fail")` switches what the server plays."""
-    monkeypatch.setattr(tasks.extract_session, "delay", lambda *args: tasks.extract_session.apply(args=args))
-    monkeypatch.setattr(
-        tasks.extract_session,
-        "apply_async",
-        lambda args=(), kwargs=None, **options: tasks.extract_session.apply(args=args, kwargs=kwargs),
-    )
+    # Extraction goes to the in-process queue even when a broker is configured; tests drain it.
+    monkeypatch.setattr(celery_app.conf, "broker_url", NO_BROKER)
     settings.EKKO_LLM_MODEL = "tiny-chat"
     settings.EKKO_LLM_API_KEY = "test-key"
     settings.EKKO_LLM_TIMEOUT = 5
@@ -237,7 +234,9 @@ def capture_and_extract(api, on_commit, *contents: str, session: str = "dinner")
         expect=201,
     )
     with on_commit(execute=True):
-        return api.post("extract", {"sessionId": session, "userId": "alice"}, expect=202)["taskId"]
+        task = api.post("extract", {"sessionId": session, "userId": "alice"}, expect=202)["taskId"]
+    drain_background()
+    return task
 
 
 def test_the_models_plan_is_applied_through_the_write_rules(
@@ -304,6 +303,7 @@ def test_a_failing_model_puts_the_run_into_retrying_and_the_request_still_succee
         assert extraction_retry_due(now=timezone.now() + timedelta(seconds=31)) == 1
         extraction_run(tenant_id=tenant_a.pk, run_id=task)  # a duplicate delivery
         assert extraction_retry_due(now=timezone.now() + timedelta(hours=1)) == 0
+    drain_background()
     status = api.get(f"extract/{task}")
     assert (status["state"], status["attempts"], status.get("error")) == ("done", 2, None)
     assert len(nodes_of(tenant_a)) == 3 and len(FakeChatModel.requests) == 2
@@ -364,6 +364,7 @@ def test_summaries_come_from_the_model_and_fall_back_to_the_rules(
     )
     with django_capture_on_commit_callbacks(execute=True):
         task = api.post("extract", {"sessionId": "dinner"}, expect=202)["taskId"]
+    drain_background()
     run = run_of(tenant_a, task)
     assert (run.status, run.results["summary"]["source"]) == ("done", "rules (model failed)")
     assert run.results["summary"]["parentSummaryId"] == summary["id"]

@@ -20,8 +20,8 @@ REDIS_URL = os.environ.get("EKKO_TEST_REDIS_URL", "redis://127.0.0.1:6379/7")
 
 
 def use_broker(url: str | None, queue: str = "ekko") -> None:
-    """Point this process's Celery app at `url` (None: run tasks eagerly in-process again)."""
-    app.conf.update(task_always_eager=url is None, broker_url=url or "memory://", result_backend=url,
+    """Point this process's Celery app at `url` (None: no broker, the in-process queue again)."""
+    app.conf.update(task_always_eager=False, broker_url=url or "memory://", result_backend=url,
                     task_default_queue=queue)
     # Drop the connection and producer pools of the previous broker (kombu keeps them globally).
     pools.reset()
