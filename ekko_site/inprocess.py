@@ -73,8 +73,6 @@ class InProcessWorker:
         self.clock = clock
         self.autostart = True
         self._reset()
-        if hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=self._after_fork)
 
     def _reset(self) -> None:
         self._condition = threading.Condition()
@@ -86,8 +84,9 @@ class InProcessWorker:
         self._stopping = False
         self._beat: Mapping[str, Mapping[str, Any]] | None = None
 
-    def _after_fork(self) -> None:
-        # A forked child (gunicorn --preload) has no thread: the parent runs the parent's queue.
+    def after_fork(self) -> None:
+        """Start afresh in a forked child (gunicorn --preload): threads do not survive a fork, and the
+        parent still runs the parent's queue."""
         beat = self._beat
         self._reset()
         if beat is not None:
@@ -264,6 +263,7 @@ class InProcessWorker:
 
 
 worker = InProcessWorker()
+os.register_at_fork(after_in_child=worker.after_fork)
 
 
 def drain_background() -> int:
@@ -276,6 +276,7 @@ def serve_background() -> None:
     from ekko_site.celery import app
 
     if in_process(app):
+        app.loader.import_default_modules()  # the tasks the beat schedule names (a worker does this at start)
         worker.start(beat=app.conf.beat_schedule or {})
 
 

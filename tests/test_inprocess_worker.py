@@ -7,22 +7,26 @@ The thread tests run the real thread of this process on committed data (`transac
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 import threading
 from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connections
 from django.utils import timezone
 
 from ekko_site.celery import app
-from ekko_site.inprocess import InProcessWorker, drain_background, in_process, serve_background, worker
+from ekko_site.inprocess import InProcessWorker, drain_background, in_process, worker
 from memory.models import ExtractionRun, MemoryMessage, MemoryNode
 from memory.pipeline import tasks
 from memory.pipeline.runs import extraction_retry_due
 from tenants.context import tenant_context
 from tests.api_client import api_for
 from tests.memory_factories import default_workspace, make_node
-from tests.worker import wait_for
+from tests.worker import ROOT, wait_for
 
 calls: list[str] = []
 gate, at_gate = threading.Event(), threading.Event()
@@ -123,18 +127,27 @@ def test_an_exception_in_a_task_is_logged_and_the_thread_goes_on(thread, caplog)
     assert worker.wait_idle(timeout=60) and calls == ["after the failure", "still running"]
 
 
-def test_the_serving_process_runs_the_beat_schedule(thread):
+def test_a_serving_process_runs_the_beat_schedule_from_its_start(transactional_db):
     tenant = _tenant()
     owner = get_user_model().objects.get(username="alice")
     node = make_node(tenant=tenant, workspace=default_workspace(tenant), user=owner, title="今天在出差",
                      expires_at=timezone.now() - timedelta(minutes=1))
-    serve_background()  # what ekko_site.wsgi / asgi do at start
 
     def expired() -> bool:
         with tenant_context(tenant):
             return MemoryNode.objects.get(pk=node.pk).status == "expired"
 
-    wait_for(expired, timeout=120, what="the expiry sweep of the beat schedule")
+    # What gunicorn or runserver does: import the WSGI application, here on the test database.
+    env = {**os.environ, "EKKO_DATABASE_NAME": connections["default"].settings_dict["NAME"]}
+    for name in ("CELERY_BROKER_URL", "DATABASE_URL"):
+        env.pop(name, None)
+    server = subprocess.Popen([sys.executable, "-c", "import time, ekko_site.wsgi; time.sleep(300)"],
+                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(expired, timeout=120, what="the expiry sweep of the serving process's beat schedule")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def test_the_beat_schedule_is_celerys_and_each_sweep_runs_on_its_interval(private, clock, settings):

@@ -18,10 +18,10 @@ logger = logging.getLogger(__name__)
 
 
 def enqueue(task: Any, *args: Any) -> bool:
-    """Send `task` to the broker (or run it eagerly without one); log and return False on failure."""
+    """Send `task` to the broker (or, without one, this process's background queue); log failures."""
     try:
         task.delay(*args)
-    except Exception:  # noqa: BLE001 - broker outages and eager task failures must not reach the request
+    except Exception:  # noqa: BLE001 - broker outages must not reach the request
         logger.warning("could not run or queue %s%r; a periodic sweep will retry", task.name, args,
                        exc_info=True)
         return False

@@ -1,6 +1,7 @@
 """Celery tasks: one-line adapters that take ids plus the tenant id and call one service.
 
-With CELERY_BROKER_URL unset they run in-process (eagerly), so `make run` needs nothing else.
+With CELERY_BROKER_URL unset they run on a background thread of this process, after the request
+(`ekko_site.inprocess`), so `make run` needs nothing else.
 """
 
 from __future__ import annotations
