@@ -24,19 +24,22 @@ from tests.test_pages import signed_in
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def api(client, tenant_a):  # noqa: ANN001
-    api = api_for(client, tenant_a)
-    api.post("messages", {"sessionId": "s-1", "userId": "alice", "messages": [
+def with_evidence(api, username: str):  # noqa: ANN001, ANN201
+    """Capture the message the cards cite (m1) for `username`, and return the client."""
+    api.post("messages", {"sessionId": "s-1", "userId": username, "messages": [
         {"id": "m1", "role": "user", "content": "记住，我以后做饭不要香菜。"}]}, expect=201)
     return api
 
 
 @pytest.fixture
-def noise(client, tenant_b):  # noqa: ANN001
-    other = api_for(client, tenant_b)
-    other.post("messages", {"sessionId": "s-1", "userId": "bob", "messages": [
-        {"id": "m1", "role": "user", "content": "记住，我以后做饭不要香菜。"}]}, expect=201)
+def api(client, tenant_a):  # noqa: ANN001, ANN201
+    return with_evidence(api_for(client, tenant_a), "alice")
+
+
+@pytest.fixture
+def noise(client, tenant_b):  # noqa: ANN001, ANN201
+    """Tenant B's own 香菜 card: it must not move while tenant A's requests are refused."""
+    other = with_evidence(api_for(client, tenant_b), "bob")
     return write(other, create(cilantro(userId="bob")))["results"][0]
 
 
@@ -89,16 +92,6 @@ def refused_writes(api, target: str, revision: int) -> list[dict]:  # noqa: ANN0
     return bodies
 
 
-def test_a_stale_expected_revision_answers_409_with_the_current_one(api, tenant_a, tenant_b, noise):
-    card = write(api, create(cilantro()))["results"][0]
-    write(api, update(card["nodeId"], 1))
-    before = snapshot(tenant_a, tenant_b)
-    for body in refused_writes(api, card["nodeId"], 1):
-        assert conflict_fields(body) == (2, "active", None)
-        assert "re-read it" in body["detail"]
-    assert snapshot(tenant_a, tenant_b) == before
-
-
 def test_a_superseded_target_points_to_the_head_of_its_chain(api, tenant_a, tenant_b, noise):
     first = write(api, create(cilantro()))["results"][0]
     second = write(api, supersede(first["nodeId"], 1))["results"][0]
@@ -127,33 +120,43 @@ def test_a_superseded_target_points_to_the_head_of_its_chain(api, tenant_a, tena
     assert api.get(f"memory/nodes/{first['nodeId']}")["supersededById"] == retried["nodeId"]
 
 
-def test_an_expired_target_answers_409_whether_the_revision_is_stale_or_not(api, tenant_a, tenant_b, noise):
+def soft_forget(target: str, revision: int) -> dict:
+    return {"forget": {"id": target, "expectedRevision": revision, "reason": "用户要求忘记",
+                       "explicitUserIntent": True}}
+
+
+def move_on(api, card: dict, change) -> None:  # noqa: ANN001
+    """Change the card behind the agent's back with `change` (an update, expire or soft forget)."""
+    operation = change(card["nodeId"], 1)
+    if "forget" in operation:
+        api.post("memory/forget", operation["forget"])
+    else:
+        write(api, operation)
+
+
+@pytest.mark.parametrize("change,status", [(update, "active"), (expire, "expired"), (soft_forget, "deleted")])
+def test_a_card_that_moved_on_answers_409_with_where_it_is_now(api, tenant_a, tenant_b, noise, change,
+                                                                status):
     card = write(api, create(cilantro()))["results"][0]
-    write(api, expire(card["nodeId"], 1))
+    move_on(api, card, change)
     before = snapshot(tenant_a, tenant_b)
     for body in refused_writes(api, card["nodeId"], 1):
-        assert conflict_fields(body) == (2, "expired", None)
-    for operation in (update, supersede, expire):
-        body = write(api, operation(card["nodeId"], 2), expect=409, code="revision_conflict")
-        assert conflict_fields(body) == (2, "expired", None)
-        assert "only active memories can change" in body["detail"]
+        assert conflict_fields(body) == (2, status, None)
+        assert "re-read it" in body["detail"]
+    if status != "active":
+        # The agent read the card as it is now, yet only active cards change.
+        for operation in (update, supersede, expire):
+            body = write(api, operation(card["nodeId"], 2), expect=409, code="revision_conflict")
+            assert conflict_fields(body) == (2, status, None)
+            assert "only active memories can change" in body["detail"]
     assert snapshot(tenant_a, tenant_b) == before
 
 
-def test_a_forgotten_target_answers_409_and_restore_checks_revision_and_status(api, tenant_a, tenant_b,
-                                                                                noise):
+def test_restore_checks_revision_and_status(api, tenant_a, tenant_b, noise):
     card = write(api, create(cilantro()))["results"][0]
-    api.post("memory/forget", {"id": card["nodeId"], "expectedRevision": 1, "reason": "用户要求忘记",
-                               "explicitUserIntent": True})
+    move_on(api, card, soft_forget)
     before = snapshot(tenant_a, tenant_b)
-    for body in refused_writes(api, card["nodeId"], 1):
-        assert conflict_fields(body) == (2, "deleted", None)
-    for operation in (update, supersede, expire):
-        body = write(api, operation(card["nodeId"], 2), expect=409, code="revision_conflict")
-        assert conflict_fields(body) == (2, "deleted", None)
-    assert snapshot(tenant_a, tenant_b) == before
-
-    # Restore (the memory pages and the service): a stale revision, then a card that is no longer forgotten.
+    # The memory pages and the service: a stale revision, then a card that is no longer forgotten.
     viewer = owner(tenant_a)
     page = signed_in("alice")
     stale = page.post(f"/memories/{card['nodeId']}/restore/", {"expected_revision": "1"})
