@@ -130,6 +130,11 @@ class ImportStaging:
     previous_plan_cache_mode: str
     pending: _Background | None = field(default=None, repr=False)
 
+    @property
+    def busy(self) -> bool:
+        """Return True while a statement started in the background may still be running."""
+        return self.pending is not None and self.pending.thread.is_alive()
+
     def wait(self) -> None:
         pending, self.pending = self.pending, None
         if pending is not None:

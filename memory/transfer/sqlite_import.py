@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -144,14 +145,8 @@ def _file_ids(source: sqlite3.Connection, table: str) -> list[str]:
 
 def _follow_earlier_renames(state: ImportState) -> None:
     """Map the file ids an earlier import of this file renamed (another tenant used them) to their new ids."""
-    for model, mapping in ((MemoryNode, state.node_map), (MemorySummary, state.summary_map)):
-        derived = {}
-        for source, kept in mapping.items():
-            renamed = state.derived_uuid(source)
-            if renamed != kept:  # a kept id (a UUID); the others are derived already
-                derived[renamed] = source
-        found = model.objects.filter(tenant=state.tenant, pk__in=list(derived)).values_list("pk", flat=True)
-        mapping.update({derived[node_id]: node_id for node_id in found})
+    state.node_map.update(_earlier_renames(state, MemoryNode, state.node_map))
+    state.summary_map.update(_earlier_renames(state, MemorySummary, state.summary_map))
     kept_events = {}
     for source in _file_ids(state.source, "memory_audit_events"):
         kept = state.target_uuid(source)
@@ -159,6 +154,16 @@ def _follow_earlier_renames(state: ImportState) -> None:
             kept_events[state.derived_uuid(str(kept))] = source
     renamed = MemoryAuditEvent.objects.filter(tenant=state.tenant, pk__in=list(kept_events))
     state.event_renames.update({kept_events[found]: found for found in renamed.values_list("pk", flat=True)})
+
+
+def _earlier_renames(state: ImportState, model: type, mapping: dict[str, uuid.UUID]) -> dict[str, uuid.UUID]:
+    derived = {}
+    for source, kept in mapping.items():
+        renamed = state.derived_uuid(source)
+        if renamed != kept:  # a kept id (a UUID); the others are derived already
+            derived[renamed] = source
+    found = model.objects.filter(tenant=state.tenant, pk__in=list(derived)).values_list("pk", flat=True)
+    return {derived[row_id]: row_id for row_id in found}
 
 
 def _usernames_in_file(source: sqlite3.Connection, file: FileInfo) -> set[str]:

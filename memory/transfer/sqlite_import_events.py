@@ -15,7 +15,13 @@ from memory.models import MemoryAuditEvent
 from memory.services import imports
 from memory.transfer.selectors import audit_events_of
 from memory.transfer.sqlite_format import AUDIT_COLUMNS, canonical_json
-from memory.transfer.sqlite_import_state import ImportState, read_chunks, split_verified, stored_key
+from memory.transfer.sqlite_import_state import (
+    CHUNK_CHARS,
+    ImportState,
+    read_chunks,
+    split_verified,
+    stored_key,
+)
 from memory.transfer.sqlite_rows import EVENT_TYPES, MAX, FileRow
 
 __all__ = ["import_audit_events"]
@@ -41,6 +47,7 @@ def _audit_fast(state: ImportState, row: FileRow) -> tuple[Any, ...] | None:
 def import_audit_events(state: ImportState) -> None:
     ws, tenant = state.workspace, state.tenant
     held: list[tuple[Any, ...]] = []
+    held_chars = 0
     for chunk in read_chunks(state, "memory_audit_events", "audit events"):
         verified, chunk = split_verified(state, "memory_audit_events", AUDIT_COLUMNS, chunk)
         verified = [row for row in verified if not state.oversized("auditEvents", row)]
@@ -76,10 +83,13 @@ def import_audit_events(state: ImportState) -> None:
                 event["user"], event["actor"], event["reason"],
                 None if event["payload"] is None else event["payload_text"], event["created_at"],
             ))
-        if state.fresh:
-            held.extend(staged)  # the nodes' insert may still be running; staged once it is done
-        else:
-            imports.audit_events_stage(tenant=tenant, staging=state.staging, rows=staged)
+        held.extend(staged)
+        held_chars += sum(len(event[8]) + len(event[9] or "") for event in staged)
+        # While the nodes' insert still runs, events are held (staging them would wait for it), up to a
+        # chunk's worth of text, so memory stays bounded.
+        if not (state.staging.busy and held_chars < CHUNK_CHARS):
+            imports.audit_events_stage(tenant=tenant, staging=state.staging, rows=held)
+            held, held_chars = [], 0
         state.report.imported.audit_events += len(staged)
     imports.audit_events_stage(tenant=tenant, staging=state.staging, rows=held)
     if state.same_workspace:  # ids are kept: one another tenant uses is renamed, like an unused one
