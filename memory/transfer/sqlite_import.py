@@ -34,7 +34,7 @@ from memory.transfer.sqlite_import_events import import_audit_events
 from memory.transfer.sqlite_import_messages import import_messages, import_summaries
 from memory.transfer.sqlite_import_nodes import import_nodes
 from memory.transfer.sqlite_import_state import ImportState
-from memory.transfer.sqlite_rows import MAX_PAYLOAD
+from memory.transfer.sqlite_rows import read_cap
 from memory.visibility import Viewer
 from tenants.context import tenant_context
 from tenants.models import Tenant, Workspace
@@ -139,7 +139,8 @@ def _import_rows(state: ImportState) -> None:
 
 def _file_ids(source: sqlite3.Connection, table: str) -> list[str]:
     # Read as the chunks read them (memory.transfer.sqlite_import_state.read_chunks), so both agree.
-    rows = source.execute(f"SELECT substr(id, 1, {MAX_PAYLOAD + 1}) FROM {table} WHERE typeof(id) = 'text'")
+    cap = read_cap(table, "id") + 1
+    rows = source.execute(f"SELECT substr(id, 1, {cap}) FROM {table} WHERE typeof(id) = 'text'")
     return [i for (i,) in rows]
 
 
@@ -170,7 +171,8 @@ def _usernames_in_file(source: sqlite3.Connection, file: FileInfo) -> set[str]:
     names: set[str] = set()
     for table in ("memory_messages", "memory_nodes", "memory_audit_events"):
         if file.has(table, "user_id"):
-            rows = source.execute(f"SELECT DISTINCT substr(user_id, 1, {MAX_PAYLOAD + 1}) FROM {table}")
+            cap = read_cap(table, "user_id") + 1
+            rows = source.execute(f"SELECT DISTINCT substr(user_id, 1, {cap}) FROM {table}")
             names.update(name for (name,) in rows if isinstance(name, str))
     return names
 

@@ -38,7 +38,7 @@ def _audit_fast(state: ImportState, row: FileRow) -> tuple[Any, ...] | None:
     if node_id in state.nodes_not_imported:
         return None
     return (
-        state.event_id(v["id"]), state.tenant.pk, state.workspace.pk, v["event_type"], node_id,
+        state.event_id(v["id"]), state.tenant_id, state.workspace_id, v["event_type"], node_id,
         v["session_id"], state.member(v["user_id"]), v["actor"], v["reason"], v["payload_json"],
         v["created_at"],
     )

@@ -75,7 +75,7 @@ class _Message:
 
     def staged(self, state: ImportState) -> tuple[Any, ...]:
         return (
-            state.tenant.pk, state.workspace.pk, self.id, self.session_id, self.user, self.parent_id,
+            state.tenant_id, state.workspace_id, self.id, self.session_id, self.user, self.parent_id,
             self.role, self.content, self.channel, self.agent_name,
             None if self.metadata is None else self.metadata_text, self.token_count, self.created_at,
             self.search_text or segment_for_search(self.content), self.vector, self.vector_model,
@@ -86,7 +86,7 @@ def _message_fast(state: ImportState, row: FileRow) -> tuple[Any, ...]:
     v = row.values
     vector, vector_model = row.vector(state.server_model)
     return (
-        state.tenant.pk, state.workspace.pk, v["id"], v["session_id"], state.member(v["user_id"]),
+        state.tenant_id, state.workspace_id, v["id"], v["session_id"], state.member(v["user_id"]),
         v["parent_id"], v["role"], v["content"], v["channel"], v["agent_name"], v["metadata_json"],
         v["token_count"], v["created_at"], v["search_text"] or segment_for_search(v["content"]),
         vector, vector_model,

@@ -107,7 +107,7 @@ class _Node:
             tags=self.tags, entities=self.entities,
         )
         return (
-            self.id, state.tenant.pk, state.workspace.pk, self.user, self.session_id, self.parent,
+            self.id, state.tenant_id, state.workspace_id, self.user, self.session_id, self.parent,
             self.supersedes, self.scope, self.owner_ref, self.kind, self.item_key, self.key, self.domain,
             self.texts[0], "/".join(self.category_path), self.type,
             None if self.value_json is None else self.texts[4], self.title, self.content, self.status,
@@ -130,11 +130,11 @@ def _node_fast(state: ImportState, row: FileRow) -> tuple[Any, ...]:
     search_text = v["search_text"] or node_file_search_text(tuple(v[c] or "" for c in NODE_SEARCH_COLUMNS))
     vector, vector_model = row.vector(state.server_model)
     return (
-        state.node_map[v["id"]], state.tenant.pk, state.workspace.pk, user, v["session_id"],
+        state.node_map[v["id"]], state.tenant_id, state.workspace_id, user, v["session_id"],
         state.link_uuid(v["parent_id"], state.node_map), state.link_uuid(v["supersedes_id"], state.node_map),
         v["scope"],
         owner_ref(
-            scope=v["scope"], workspace_id=state.workspace.pk, session_id=v["session_id"], user_id=user
+            scope=v["scope"], workspace_id=state.workspace_id, session_id=v["session_id"], user_id=user
         ),
         v["kind"], v["item_key"], v["key"], v["domain"], pg_array_from_json(v["category_path_json"]),
         v["category_path_text"], v["type"], v["value_json"], v["title"], v["content"], v["status"],
@@ -164,7 +164,8 @@ def import_nodes(state: ImportState) -> None:
         staged = []
         for row in verified:
             node_id = state.node_map[row.values["id"]]
-            state.chains.link(node_id, state.link_uuid(row.values["supersedes_id"], state.node_map))
+            if row.values["supersedes_id"] is not None:
+                state.chains.link(node_id, state.link_uuid(row.values["supersedes_id"], state.node_map))
             refusal = _fast_refusal(state, row)
             if refusal is None:
                 staged.append(_node_fast(state, row))
@@ -318,7 +319,7 @@ def _node_in(state: ImportState, row: FileRow) -> _Node:
         vector=vector,
         vector_model=vector_model,
         owner_ref=owner_ref(
-            scope=scope, workspace_id=state.workspace.pk, session_id=session_id, user_id=user
+            scope=scope, workspace_id=state.workspace_id, session_id=session_id, user_id=user
         ),
     )
     # A card this server signed passed rule 7 when it was written here; any other is checked now.

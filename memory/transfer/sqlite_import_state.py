@@ -25,14 +25,16 @@ from memory.transfer.import_rules import SupersedeChains, too_large
 from memory.transfer.report import ImportReport, Progress
 from memory.transfer.signatures import SearchTextSigner
 from memory.transfer.sqlite_format import TABLES, Column, FileInfo, canonical_json
-from memory.transfer.sqlite_rows import MAX_PAYLOAD, TEXT_CAPS, FileRow
+from memory.transfer.sqlite_rows import OVERSIZED, SMALL_CAP, TEXT_CAPS, FileRow, read_cap
 from memory.visibility import Viewer
 from tenants.models import Tenant, Workspace
 
 __all__ = ["CHUNK_CHARS", "ImportState", "read_chunks", "split_verified", "stored_key"]
 
-# Text characters one chunk of file rows may hold (a single larger row is a chunk of its own).
+# Text characters one chunk of file rows holds at most (give or take one fetch of _FETCH_ROWS rows).
 CHUNK_CHARS = 8_000_000
+_FETCH_ROWS = 32
+_SIZE = "ekko_size"
 _IMPORT_NAMESPACE = uuid.UUID("6f1d1b1e-8a4b-5c2e-9d57-6b0e0c7a4e11")
 
 
@@ -74,6 +76,7 @@ class ImportState:
     now: datetime = field(default_factory=timezone.now)
 
     def __post_init__(self) -> None:
+        self.tenant_id, self.workspace_id = self.tenant.pk, self.workspace.pk  # read per row: plain ints
         self._tenant_kinds: dict[str, KindSpec] | None = None
         self.usernames = {pk: name for name, pk in self.members.items()}
         prefix = f"{self.tenant.pk}:{self.workspace.pk}:{self.source_tag}:"
@@ -166,51 +169,47 @@ def _read_expression(column: str, cap: int) -> str:
 def read_chunks(
     state: ImportState, table: str, stage: str, vectors: tuple[str, str] | None = None
 ) -> Iterator[list[FileRow]]:
-    """Yield a table's rows in file order, in chunks of at most `chunk_size` rows and CHUNK_CHARS of text.
+    """Yield a table's rows in file order, in chunks of at most `chunk_size` rows and about CHUNK_CHARS.
 
     `vectors` = (vector table, its key column) joins each row's vector when the file has that table.
     """
-    caps = TEXT_CAPS.get(table, {})
     # Only the format's own columns are read (a file's other columns are not ours to interpret).
     present = state.file.columns[table]
-    columns = {f"t.{c.name}": caps.get(c.name, MAX_PAYLOAD) for c in TABLES[table] if c.name in present}
+    columns = {f"t.{c.name}": read_cap(table, c.name) for c in TABLES[table] if c.name in present}
     joined = ""
     if vectors is not None and state.file.has(vectors[0]):
         vector_table, key = vectors
         joined = f" LEFT JOIN {vector_table} v ON v.{key} = t.id"
-        columns.update({"v.model": MAX_PAYLOAD, "v.dim": MAX_PAYLOAD, "v.vector": MAX_PAYLOAD})
-    size = " + ".join(f"coalesce(min(length({c}), {cap + 1}), 0)" for c, cap in columns.items())
-    sizes = state.source.execute(f"SELECT t.rowid, {size} FROM {table} t{joined} ORDER BY t.rowid")
-    bounds = _chunk_bounds(sizes, state.chunk_size)
-    total = sum(count for _, _, count in bounds)
+        columns.update({"v.model": SMALL_CAP, "v.dim": SMALL_CAP, "v.vector": read_cap(table, "vector")})
     names = {"v.model": "vector_model", "v.dim": "vector_dim", "v.vector": "vector_blob"}
+    large = [(c, cap) for c, cap in columns.items() if cap > SMALL_CAP]
+    limits = [(f"t.{c}", cap) for c, cap in TEXT_CAPS.get(table, {}).items() if c in present]
     select = ", ".join(
-        f"{_read_expression(c, cap)} AS {names.get(c, c.removeprefix('t.'))}" for c, cap in columns.items()
+        [f"{_read_expression(c, cap)} AS {names.get(c, c.removeprefix('t.'))}" for c, cap in columns.items()]
+        + [" + ".join(f"coalesce(min(length({c}), {cap + 1}), 0)" for c, cap in large) + f" AS {_SIZE}"]
+        + ["CASE " + " ".join(f"WHEN length({c}) > {cap} THEN '{c.removeprefix('t.')}'" for c, cap in limits)
+           + f" END AS {OVERSIZED}"] * bool(limits)
     )
-    sql = f"SELECT {select} FROM {table} t{joined} WHERE t.rowid BETWEEN ? AND ? ORDER BY t.rowid"
+    # Every small column is bounded by SMALL_CAP; the large ones are counted row by row.
+    fixed = SMALL_CAP * (len(columns) - len(large))
+    total = state.source.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
     state.progress(stage, 0, total)
-    for first, last, count in bounds:
-        cursor = state.source.execute(sql, (first, last))
-        names_read = [d[0] for d in cursor.description]
-        yield [FileRow(table, dict(zip(names_read, row, strict=True))) for row in cursor.fetchall()]
-        state.progress(stage, count, total)
-
-
-def _chunk_bounds(sizes: Iterator[tuple[int, int]], chunk_size: int) -> list[tuple[int, int, int]]:
-    """Return (first rowid, last rowid, rows) per chunk: at most `chunk_size` rows, CHUNK_CHARS of text."""
-    bounds: list[tuple[int, int, int]] = []
-    first = last = None
-    rows = chars = 0
-    for rowid, size in sizes:
-        if first is not None and (rows >= chunk_size or chars + size > CHUNK_CHARS):
-            bounds.append((first, last, rows))
-            first, rows, chars = None, 0, 0
-        if first is None:
-            first = rowid
-        last, rows, chars = rowid, rows + 1, chars + size
-    if first is not None:
-        bounds.append((first, last, rows))
-    return bounds
+    cursor = state.source.execute(f"SELECT {select} FROM {table} t{joined} ORDER BY t.rowid")
+    names_read = [d[0] for d in cursor.description]
+    chunk: list[FileRow] = []
+    chars = 0
+    while batch := cursor.fetchmany(_FETCH_ROWS):
+        for row in batch:
+            values = dict(zip(names_read, row, strict=True))
+            chars += values.pop(_SIZE) + fixed
+            chunk.append(FileRow(table, values))
+        if len(chunk) >= state.chunk_size or chars >= CHUNK_CHARS:
+            yield chunk
+            state.progress(stage, len(chunk), total)
+            chunk, chars = [], 0
+    if chunk:
+        yield chunk
+        state.progress(stage, len(chunk), total)
 
 
 def split_verified(

@@ -31,9 +31,13 @@ from memory.transfer.sqlite_format import JSON_DECODER, json_text, vector_text
 from tenants.models import Scope
 
 __all__ = [
-    "CHANNELS", "EVENT_TYPES", "MAX", "MAX_TEXT", "NODE_TYPES", "ROLES", "SCOPES", "STATUSES", "TEXT_CAPS",
-    "FileRow",
+    "CHANNELS", "EVENT_TYPES", "MAX", "MAX_TEXT", "NODE_TYPES", "OVERSIZED", "ROLES", "SCOPES", "STATUSES",
+    "TEXT_CAPS", "FileRow", "read_cap",
 ]
+
+# The name of the first column of a read row that is over its TEXT_CAPS limit, computed by SQLite.
+OVERSIZED = "ekko_oversized"
+
 
 def _limit(model: type, name: str) -> int:
     field = model._meta.get_field(name)
@@ -72,6 +76,16 @@ TEXT_CAPS: dict[str, dict[str, int]] = {
     },
     "memory_audit_events": {"reason": MAX_TEXT, "payload_json": MAX_PAYLOAD},
 }
+# What a file may hold beyond TEXT_CAPS without a refusal: derived text (recomputed when cut short) and
+# vectors; every other column is an id, a name, a time, a choice or a signature, valid far below
+# SMALL_CAP characters (a longer one fails its check whichever way it is cut).
+LARGE_CAPS = {"search_text": MAX_PAYLOAD, "vector": MAX_PAYLOAD}
+SMALL_CAP = 1000
+
+
+def read_cap(table: str, column: str) -> int:
+    """Return how many characters (bytes for blobs) of a file column are read, plus one to see excess."""
+    return TEXT_CAPS.get(table, {}).get(column) or LARGE_CAPS.get(column) or SMALL_CAP
 
 
 ROLES = frozenset(Role.values)
@@ -101,13 +115,7 @@ class FileRow:
 
     def oversized(self) -> str | None:
         """Return the first column over its TEXT_CAPS limit (the API's size limit), or None."""
-        return next((column for column in TEXT_CAPS.get(self.table, ()) if self.too_long(column)), None)
-
-    def too_long(self, column: str) -> bool:
-        """Return True when the column holds more than its TEXT_CAPS limit (read up to one character more)."""
-        value = self.values.get(column)
-        cap = TEXT_CAPS.get(self.table, {}).get(column)
-        return cap is not None and isinstance(value, str | bytes) and len(value) > cap
+        return self.values.get(OVERSIZED)
 
     def get(self, column: str, default: Any = None) -> Any:
         value = self.values.get(column)
