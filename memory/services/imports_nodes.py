@@ -158,8 +158,8 @@ def nodes_clear_dangling_links(*, tenant: Tenant, staging: ImportStaging) -> int
 def nodes_staged_ids_taken(*, tenant: Tenant, staging: ImportStaging) -> list[tuple[UUID, str]]:
     """Return (id, file id) of the nodes staged for insert whose id another tenant uses."""
     _ready(tenant, staging)
-    taken = _ids_taken("memory_memorynode", NODE_STAGING_COLUMNS, "s.import_action = 'insert'",
-                       {"embedding": "NULL", "embedding_model": "''", "search_text": "''", "status": "'deleted'"})
+    blank = {"embedding": "NULL", "embedding_model": "''", "search_text": "''", "status": "'deleted'"}
+    taken = _ids_taken("memory_memorynode", NODE_STAGING_COLUMNS, "s.import_action = 'insert'", blank)
     return _run("SELECT id, source_id FROM ekko_import_nodes WHERE id = ANY(%s)", [taken], fetch=True) \
         if taken else []
 
