@@ -557,11 +557,12 @@ def test_import_into_another_tenant_never_crosses_the_wall(tenant_a, tenant_b, t
     a_before = counts(tenant_a)
     target = default_workspace(tenant_b)
     report = workspace_import_sqlite(tenant=tenant_b, workspace=target, path=path)
-    assert report.mode == "copy" and report.imported.nodes == 6
+    assert report.mode == "copy" and report.imported.nodes == 5
     assert counts(tenant_a) == a_before
+    # Alice is no member of tenant B: her card is refused, never stored without an owner (issue 10).
+    assert [(c["id"], c["reason"]) for c in report.conflicts] == [(str(b.nodes[-1].id), "unknown_user")]
     with tenant_context(tenant_b):
-        copied = MemoryNode.objects.get(title="Alice 的偏好")
-        assert copied.tenant_id == tenant_b.pk and copied.user_id is None  # alice is no member of tenant B
+        assert not MemoryNode.objects.filter(title="Alice 的偏好").exists()
         assert not MemoryNode.objects.filter(pk__in=[n.id for n in b.nodes]).exists()
     with pytest.raises(Exception) as refused:
         workspace_import_sqlite(tenant=tenant_a, workspace=target, path=path)

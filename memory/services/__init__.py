@@ -11,6 +11,7 @@ same transaction and announces follow-up work after commit (`events`):
 - `forget`: soft and hard forget, restore (`node_forget`, `node_restore`)
 - `maintenance`: the expiry sweep and access counting (`nodes_expire_due`, `node_access_record`)
 - `embeddings`: vectors for nodes and messages (derived data: no revision, no audit)
+- `imports`, `imports_nodes`: the rows an SQLite or JSONL import keeps (staged, then one statement each)
 - `guards`, `audit`, `events`: the shared checks, the audit-event writer, the after-commit signals
 
 May import: memory.models, memory.rules, memory.selectors, memory.visibility, memory.presenters,

@@ -4,7 +4,8 @@ memory.transfer reads and checks a file and decides, row by row, what to import;
 come here. COPY cannot write into a table with row-level security, so rows are COPYed into
 temporary staging tables (`ekko_import_*`, dropped at commit) and moved with one INSERT … SELECT
 per table, which the tenant policy checks row by row; nodes a newer file revision replaces are
-updated from the staging table in one statement, with their audit events. A copy into an empty
+updated from the staging table in one statement, with their audit events (the nodes' statements are in
+memory.services.imports_nodes). A copy into an empty
 workspace may run its big insert on the same connection in a worker thread while the file reading
 goes on (`in_background`); every other call first waits for that statement.
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from django.db import connection
+from django.db import connection, transaction
 
 from memory.models import MemoryAuditEvent, MemoryMessage
 from tenants.context import current_tenant_id
@@ -29,26 +30,23 @@ from tenants.models import Tenant, Workspace
 __all__ = [
     "EVENT_STAGING_COLUMNS",
     "MESSAGE_STAGING_COLUMNS",
-    "NODE_STAGING_COLUMNS",
     "SUMMARY_STAGING_COLUMNS",
     "ImportStaging",
     "audit_events_create",
     "audit_events_insert_staged",
     "audit_events_stage",
+    "audit_events_staged_ids_taken",
+    "audit_events_staged_rename",
     "import_staging_abandon",
     "import_staging_close",
     "import_staging_open",
     "messages_create",
     "messages_insert_staged",
     "messages_stage",
-    "nodes_apply_staged",
-    "nodes_clear_dangling_links",
-    "nodes_insert_staged_in_background",
-    "nodes_stage",
-    "nodes_staged_slots",
-    "nodes_unstage",
     "summaries_insert_staged",
     "summaries_stage",
+    "summaries_staged_ids_taken",
+    "summaries_staged_rename",
     "summaries_unstage_broken_chains",
 ]
 
@@ -62,26 +60,13 @@ SUMMARY_STAGING_COLUMNS = (
     "summary", "current_goal", "constraints", "preferences", "decisions", "completed_work", "pending_work",
     "known_issues", "created_at",
 )
-NODE_STAGING_COLUMNS = (
-    "id", "tenant_id", "workspace_id", "user_id", "session_id", "parent_id", "supersedes_id", "scope",
-    "owner_ref", "kind", "item_key", "key", "domain", "category_path", "category_path_text", "type",
-    "value_json", "title", "content", "status", "confidence", "importance", "tags", "entities",
-    "source_message_ids", "explicit_user_intent", "revision", "created_at", "updated_at", "expires_at",
-    "access_count", "last_accessed_at", "search_text", "embedding", "embedding_model",
-)
 EVENT_STAGING_COLUMNS = (
     "id", "tenant_id", "workspace_id", "event_type", "node_id", "session_id", "user_id", "actor", "reason",
     "payload", "created_at",
 )
-# Staged beside a summary's and a node's columns: the file's id (for reports) and, for nodes, the action.
+# Staged beside a summary's columns: the file's id (for reports).
 SUMMARY_STAGING_EXTRA = ("source_id",)
-NODE_STAGING_EXTRA = ("import_action", "source_id")
 
-_NODE_UPDATED_COLUMNS = tuple(
-    c for c in NODE_STAGING_COLUMNS
-    if c not in {"id", "tenant_id", "workspace_id", "created_at", "access_count", "last_accessed_at",
-                 "embedding", "embedding_model"}
-)
 _STAGING = {
     "memory_memorymessage": "ekko_import_messages",
     "memory_memorysummary": "ekko_import_summaries",
@@ -144,6 +129,11 @@ class ImportStaging:
     tenant_id: int
     previous_plan_cache_mode: str
     pending: _Background | None = field(default=None, repr=False)
+
+    @property
+    def busy(self) -> bool:
+        """Return True while a statement started in the background may still be running."""
+        return self.pending is not None and self.pending.thread.is_alive()
 
     def wait(self) -> None:
         pending, self.pending = self.pending, None
@@ -263,6 +253,38 @@ def _run(sql: str, params: Sequence[Any] = (), *, fetch: bool = False) -> Any:
         return cursor.fetchall() if fetch else cursor.rowcount
 
 
+def _ids_taken(table: str, columns: Sequence[str], where: str = "TRUE", blank: dict[str, str] | None = None
+               ) -> list[UUID]:
+    """Return the ids of the staged rows (`where`) that another tenant already uses.
+
+    Row-level security hides other tenants' rows, but the primary key is global: the insert is tried in a
+    savepoint and undone — with the columns in `blank` replaced, so that costly indexes and the slot and
+    chain constraints stay out of it — and the ids it could not insert are the taken ones. The caller
+    renames them, so a foreign id imports exactly like an unused one.
+    """
+    values = ", ".join((blank or {}).get(c, _staged_value(table, c)) for c in columns)
+    staging_table = _STAGING[table]
+    tried = [row[0] for row in _run(f"SELECT s.id FROM {staging_table} s WHERE {where}", fetch=True)]
+    if not tried:
+        return []
+    savepoint = transaction.savepoint()
+    try:
+        inserted = _run(
+            f"INSERT INTO {table} ({', '.join(columns)}) SELECT {values} FROM {staging_table} s "
+            f"WHERE {where} ON CONFLICT (id) DO NOTHING RETURNING id", fetch=True)
+    finally:
+        transaction.savepoint_rollback(savepoint)
+    kept = {row[0] for row in inserted}
+    return [staged_id for staged_id in tried if staged_id not in kept]
+
+
+def _rename(staging_table: str, renames: dict[UUID, UUID], links: Sequence[str]) -> None:
+    for old, new in renames.items():
+        _run(f"UPDATE {staging_table} SET id = %s WHERE id = %s", [new, old])
+        for link in links:
+            _run(f"UPDATE {staging_table} SET {link} = %s WHERE {link} = %s", [new, old])
+
+
 # --- messages -------------------------------------------------------------------------------------
 
 def messages_stage(*, tenant: Tenant, staging: ImportStaging, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -341,158 +363,24 @@ def summaries_unstage_broken_chains(
         _run("DELETE FROM ekko_import_summaries WHERE source_id = ANY(%s)", [[s for s, _ in dropped]])
 
 
+def summaries_staged_ids_taken(*, tenant: Tenant, staging: ImportStaging) -> list[tuple[UUID, str]]:
+    """Return (id, file id) of the staged summaries whose id another tenant uses."""
+    _ready(tenant, staging)
+    taken = _ids_taken("memory_memorysummary", SUMMARY_STAGING_COLUMNS, blank={"session_id": "s.id::text"})
+    return _run("SELECT id, source_id FROM ekko_import_summaries WHERE id = ANY(%s)", [taken], fetch=True) \
+        if taken else []
+
+
+def summaries_staged_rename(*, tenant: Tenant, staging: ImportStaging, renames: dict[UUID, UUID]) -> None:
+    """Give staged summaries new ids (old → new), with their children's parent links."""
+    _ready(tenant, staging)
+    _rename("ekko_import_summaries", renames, ("parent_summary_id",))
+
+
 def summaries_insert_staged(*, tenant: Tenant, staging: ImportStaging) -> int:
     """Insert the staged summaries and return how many."""
     _ready(tenant, staging)
     return _run(_insert_staged_sql("memory_memorysummary", SUMMARY_STAGING_COLUMNS))
-
-
-# --- nodes ----------------------------------------------------------------------------------------
-
-def nodes_stage(*, tenant: Tenant, staging: ImportStaging, rows: Sequence[tuple[Any, ...]]) -> None:
-    """COPY nodes (NODE_STAGING_COLUMNS + NODE_STAGING_EXTRA order) into staging."""
-    _ready(tenant, staging)
-    _copy("ekko_import_nodes", (*NODE_STAGING_COLUMNS, *NODE_STAGING_EXTRA), rows)
-
-
-@dataclass(frozen=True)
-class SlotOccupant:
-    """A staged active node whose slot a stored active node (`holder_id`) already holds."""
-
-    staged_id: UUID
-    source_id: str
-    action: str  # "insert" | "update"
-    holder_id: UUID
-    staged: dict[str, Any]  # title, content, value_json of the staged node
-    holder: dict[str, Any]  # the same of the stored node
-
-
-@dataclass(frozen=True)
-class StagedSlots:
-    clashes: list[tuple[str, str, str, list[str]]]  # (scope, owner, key, file ids) held twice in the file
-    occupants: list[SlotOccupant]
-
-
-def nodes_staged_slots(*, tenant: Tenant, staging: ImportStaging) -> StagedSlots:
-    """Return the slots the staged active nodes would hold twice: in the file, or with a stored node."""
-    _ready(tenant, staging)
-    _analyze("ekko_import_nodes")
-    clashes = _run(
-        """
-        SELECT scope, owner_ref, key, array_agg(source_id ORDER BY source_id)
-        FROM ekko_import_nodes WHERE status = 'active' GROUP BY scope, owner_ref, key HAVING count(*) > 1
-        LIMIT 5
-        """, fetch=True,
-    )
-    if clashes:
-        return StagedSlots(clashes=clashes, occupants=[])
-    rows = _run(
-        """
-        SELECT s.id, s.source_id, s.import_action, n.id, s.title, s.content, s.value_json::jsonb,
-               n.title, n.content, n.value_json
-        FROM ekko_import_nodes s
-        JOIN memory_memorynode n ON n.tenant_id = %s AND n.status = 'active' AND n.scope = s.scope
-             AND n.owner_ref = s.owner_ref AND n.key = s.key AND n.id <> s.id
-        WHERE s.status = 'active'
-          AND NOT EXISTS (SELECT 1 FROM ekko_import_nodes u
-                          WHERE u.id = n.id AND (u.status <> 'active' OR u.scope <> n.scope
-                                                 OR u.owner_ref <> n.owner_ref OR u.key <> n.key))
-        """, [tenant.pk], fetch=True,
-    )
-    occupants = [
-        SlotOccupant(
-            staged_id=row[0], source_id=row[1], action=row[2], holder_id=row[3],
-            staged={"title": row[4], "content": row[5], "value_json": row[6]},
-            holder={"title": row[7], "content": row[8], "value_json": row[9]},
-        )
-        for row in rows
-    ]
-    return StagedSlots(clashes=[], occupants=occupants)
-
-
-def nodes_unstage(
-    *, tenant: Tenant, staging: ImportStaging, ids: Sequence[UUID], relink: Sequence[tuple[UUID, UUID]] = ()
-) -> None:
-    """Drop staged nodes by id; links to a dropped node in `relink` (dropped, holder) follow the holder."""
-    _ready(tenant, staging)
-    if ids:
-        _run("DELETE FROM ekko_import_nodes WHERE id = ANY(%s)", [list(ids)])
-    for dropped, holder in relink:
-        for link in ("parent_id", "supersedes_id"):
-            _run(f"UPDATE ekko_import_nodes SET {link} = %s WHERE {link} = %s", [holder, dropped])
-
-
-def nodes_clear_dangling_links(*, tenant: Tenant, staging: ImportStaging) -> int:
-    """Clear staged links to nodes neither staged nor stored in `tenant`; return how many were cleared."""
-    _ready(tenant, staging)
-    cleared = 0
-    for link in ("parent_id", "supersedes_id"):
-        cleared += _run(
-            f"""
-            UPDATE ekko_import_nodes s SET {link} = NULL
-            WHERE {link} IS NOT NULL
-              AND NOT EXISTS (SELECT 1 FROM ekko_import_nodes x WHERE x.id = s.{link})
-              AND NOT EXISTS (SELECT 1 FROM memory_memorynode n WHERE n.id = s.{link} AND n.tenant_id = %s)
-            """,
-            [tenant.pk],
-        )
-    return cleared
-
-
-def nodes_insert_staged_in_background(
-    *, tenant: Tenant, staging: ImportStaging, on_done: Callable[[int], None]
-) -> list[tuple[UUID, bool]]:
-    """Start inserting every staged node (a copy into an empty workspace); return (id, has a vector) each."""
-    _ready(tenant, staging)
-    staged = _run("SELECT id, embedding IS NOT NULL FROM ekko_import_nodes", fetch=True)
-    sql = _insert_staged_sql("memory_memorynode", NODE_STAGING_COLUMNS)
-    staging.pending = _Background(sql, fetch=False, on_done=on_done)
-    return staged
-
-
-@dataclass(frozen=True)
-class AppliedNodes:
-    updated: int
-    inserted: int
-    written: list[tuple[UUID, bool, bool]]  # (id, vector came from the file, stored row has no vector)
-    updates: list[tuple[UUID, str | None, int | None]]  # (id, session id, user id) of each updated node
-
-
-def nodes_apply_staged(*, tenant: Tenant, staging: ImportStaging) -> AppliedNodes:
-    """Update the nodes staged as "update" (keeping a vector when the text is unchanged), insert the rest."""
-    _ready(tenant, staging)
-    assignments = ", ".join(f"{c} = {_staged_value('memory_memorynode', c)}" for c in _NODE_UPDATED_COLUMNS)
-    updated = 0
-    # Nodes leaving a slot are updated before nodes entering one, so the one-active-per-slot index holds.
-    for status_test in ("s.status <> 'active'", "s.status = 'active'"):
-        updated += _run(
-            f"""
-            UPDATE memory_memorynode n SET {assignments},
-                   embedding = CASE WHEN s.embedding IS NOT NULL THEN s.embedding
-                                    WHEN s.title = n.title AND s.content = n.content THEN n.embedding END,
-                   embedding_model = CASE WHEN s.embedding IS NOT NULL THEN s.embedding_model
-                                          WHEN s.title = n.title AND s.content = n.content
-                                          THEN n.embedding_model ELSE '' END
-            FROM ekko_import_nodes s
-            WHERE s.import_action = 'update' AND n.id = s.id AND n.tenant_id = %s AND {status_test}
-            """,
-            [tenant.pk],
-        )
-    # One statement: links between new rows are fine (foreign keys are checked at its end at the earliest)
-    # and no two of them hold the same active slot (settled before).
-    inserted = _run(_insert_staged_sql("memory_memorynode", NODE_STAGING_COLUMNS, "import_action = 'insert'"))
-    written = _run(
-        """
-        SELECT s.id, s.embedding IS NOT NULL, n.embedding IS NULL
-        FROM ekko_import_nodes s JOIN memory_memorynode n ON n.id = s.id AND n.tenant_id = %s
-        """, [tenant.pk], fetch=True,
-    )
-    updates = _run(
-        "SELECT id, session_id, user_id FROM ekko_import_nodes WHERE import_action = 'update' "
-        "ORDER BY source_id",
-        fetch=True,
-    )
-    return AppliedNodes(updated=updated, inserted=inserted, written=written, updates=updates)
 
 
 # --- audit events ---------------------------------------------------------------------------------
@@ -501,6 +389,18 @@ def audit_events_stage(*, tenant: Tenant, staging: ImportStaging, rows: Sequence
     """COPY audit events (EVENT_STAGING_COLUMNS order) into staging."""
     _ready(tenant, staging)
     _copy("ekko_import_events", EVENT_STAGING_COLUMNS, rows)
+
+
+def audit_events_staged_ids_taken(*, tenant: Tenant, staging: ImportStaging) -> list[UUID]:
+    """Return the ids of the staged audit events that another tenant uses."""
+    _ready(tenant, staging)
+    return _ids_taken("memory_memoryauditevent", EVENT_STAGING_COLUMNS)
+
+
+def audit_events_staged_rename(*, tenant: Tenant, staging: ImportStaging, renames: dict[UUID, UUID]) -> None:
+    """Give staged audit events new ids (old → new)."""
+    _ready(tenant, staging)
+    _rename("ekko_import_events", renames, ())
 
 
 def audit_events_insert_staged(*, tenant: Tenant, staging: ImportStaging) -> int:

@@ -3,12 +3,13 @@
 One JSON object per line: `{id?, sessionId, role, content, createdAt?, parentId?, channel?, agentName?,
 userId?, metadata?}` (snake_case names and `timestamp` for `createdAt` are accepted too; `content` may also be
 a list of `{type: "text", text}` parts). The whole file is read and checked before anything is written, then
-written in one tenant-bound transaction. Importing the same file again adds nothing: a line without an `id`
-gets one derived from its session, role, time, content and how many identical lines came before it, so lines
-appended to a file later are the only new rows. A line whose id is already used by a different message is a
-reported conflict, never an overwrite: evidence is append-only. A line that carries a secret or personal
-identifier is left out and reported (`sensitive_content`); the rest imports. The new lines are written by
-memory.services.imports.
+read again and written a batch at a time in one tenant-bound transaction, so memory stays bounded. Importing
+the same file again adds nothing: a line without an `id` gets one derived from its session, role, time,
+content and how many identical lines came before it, so lines appended to a file later are the only new rows.
+A line whose id is already used by a different message is a reported conflict, never an overwrite: evidence
+is append-only. A line that carries a secret or personal identifier (`sensitive_content`), or content over
+the API's size limit (`too_large`), is left out and reported; the rest imports. The new lines are written
+by memory.services.imports.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from django.db import transaction
 from django.utils import timezone
 
+from memory.api.serializers import MAX_TEXT
 from memory.errors import Invalid
 from memory.models import Channel, MemoryMessage, Role
 from memory.rules.sensitive import find_sensitive_content
@@ -39,6 +41,9 @@ from tenants.models import Tenant, Workspace
 __all__ = ["JsonlImportReport", "messages_import_jsonl"]
 
 BATCH = 1000
+# A line longer than this cannot hold a message the API would take (content of MAX_TEXT characters,
+# each escaped as \\uXXXX at worst, plus its other fields); it is skipped without being held whole.
+MAX_LINE = 8 * MAX_TEXT
 MAX_ID = 128
 MAX_SESSION = 200
 EMBED_BATCH = 500
@@ -137,12 +142,35 @@ class _Line:
     metadata: Any
 
 
-def _read_lines(path: Path, default_session: str | None) -> Iterator[_Line]:
-    """Yield every message of the file, checked; raise Invalid naming the first bad line."""
+@dataclass(frozen=True)
+class _TooLarge:
+    number: int
+    message_id: str | None
+
+
+def _bounded_lines(handle: IO[str]) -> Iterator[str | None]:
+    """Yield the file's lines, or None for a line longer than MAX_LINE (never held whole)."""
+    while raw := handle.readline(MAX_LINE + 1):
+        if len(raw) <= MAX_LINE or raw.endswith("\n"):
+            yield raw
+            continue
+        while (rest := handle.readline(MAX_LINE)) and not rest.endswith("\n"):
+            pass
+        yield None
+
+
+def _read_lines(path: Path, default_session: str | None) -> Iterator[_Line | _TooLarge]:
+    """Yield every message of the file, checked; raise Invalid naming the first bad line.
+
+    A line over the API's size limits is yielded as `_TooLarge`: it is left out and reported.
+    """
     seen: Counter[tuple[str, str, str, str]] = Counter()
     with path.open("r", encoding="utf-8", errors="strict") as handle:
         try:
-            for number, raw in enumerate(handle, start=1):
+            for number, raw in enumerate(_bounded_lines(handle), start=1):
+                if raw is None:
+                    yield _TooLarge(number, None)
+                    continue
                 if not raw.strip():
                     continue
                 try:
@@ -161,6 +189,10 @@ def _read_lines(path: Path, default_session: str | None) -> Iterator[_Line]:
                 if role not in Role.values:
                     raise _fail(number, f"`role` must be one of {', '.join(Role.values)}")
                 content = _text_content(number, _field(line, "content"))
+                if len(content) > MAX_TEXT:
+                    given_id = _field(line, "id")
+                    yield _TooLarge(number, given_id if isinstance(given_id, str) else None)
+                    continue
                 created_at = _timestamp(number, _field(line, "created_at"))
                 channel = _field(line, "channel") or Channel.MAIN
                 if channel not in Channel.values:
@@ -195,6 +227,26 @@ def _read_lines(path: Path, default_session: str | None) -> Iterator[_Line]:
             ) from exc
 
 
+def _batches(lines: Iterator[_Line | _TooLarge]) -> Iterator[list[_Line | _TooLarge]]:
+    batch: list[_Line | _TooLarge] = []
+    for line in lines:
+        batch.append(line)
+        if len(batch) >= BATCH:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _left_out(report: JsonlImportReport, line: _Line) -> bool:
+    """Report and return True when the line carries a secret (DESIGN rule 7 holds for imports too)."""
+    secret = find_sensitive_content(line.content)
+    if secret is not None:
+        report.conflicts.append({"line": line.number, "id": line.message_id, "reason": "sensitive_content",
+                                 "detail": sensitive_detail(secret)})
+    return secret is not None
+
+
 def messages_import_jsonl(
     *,
     tenant: Tenant,
@@ -207,50 +259,46 @@ def messages_import_jsonl(
     """Append the messages of a JSONL file to `workspace` (idempotent, one transaction) and report counts."""
     path = Path(path)
     report_progress = progress or (lambda stage, done, total: None)
-    lines = list(_read_lines(path, default_session))  # checks every line before the first write
+    # Every line is checked before the first write; the file is then read again, a batch at a time.
+    total, usernames = 0, set()
+    for line in _read_lines(path, default_session):
+        total += 1
+        if isinstance(line, _Line) and line.username:
+            usernames.add(line.username)
     report = JsonlImportReport()
     now = timezone.now()
     created: list[int] = []
     with tenant_context(tenant):
         workspace = workspace_in_tenant(tenant, workspace)
-        members = members_named(tenant, (line.username for line in lines if line.username))
-        report_progress("messages", 0, len(lines))
-        for start in range(0, len(lines), BATCH):
-            batch = lines[start : start + BATCH]
+        members = members_named(tenant, usernames)
+        report_progress("messages", 0, total)
+        position = 0
+        for batch in _batches(_read_lines(path, default_session)):
+            lines = [line for line in batch if isinstance(line, _Line) and not _left_out(report, line)]
+            for line in batch:
+                if isinstance(line, _TooLarge):
+                    report.conflicts.append({
+                        "line": line.number, "id": line.message_id, "reason": "too_large",
+                        "detail": f"longer than the API's limit ({MAX_TEXT} characters of content)"})
             stored = {
                 message_id: (session_id, role, content)
                 for message_id, session_id, role, content in MemoryMessage.objects.filter(
-                    tenant=tenant, workspace=workspace, message_id__in=[line.message_id for line in batch]
+                    tenant=tenant, workspace=workspace, message_id__in=[line.message_id for line in lines]
                 ).values_list("message_id", "session_id", "role", "content")
             }
             new: list[MemoryMessage] = []
-            for offset, line in enumerate(batch):
-                secret = find_sensitive_content(line.content)
-                if secret is not None:
-                    report.conflicts.append(
-                        {"line": line.number, "id": line.message_id, "reason": "sensitive_content",
-                         "detail": sensitive_detail(secret)}
-                    )
-                    continue
+            for line in lines:
+                position += 1
                 existing = stored.get(line.message_id)
                 if existing is not None:
                     if existing == (line.session_id, line.role, line.content):
                         report.skipped += 1
                     else:
-                        report.conflicts.append(
-                            {
-                                "line": line.number,
-                                "id": line.message_id,
-                                "reason": "id_taken",
-                                "detail": "a different message already has this id",
-                            }
-                        )
+                        report.conflicts.append({
+                            "line": line.number, "id": line.message_id, "reason": "id_taken",
+                            "detail": "a different message already has this id"})
                     continue
-                stored[line.message_id] = (
-                    line.session_id,
-                    line.role,
-                    line.content,
-                )  # a repeat later in the file
+                stored[line.message_id] = (line.session_id, line.role, line.content)  # a repeat later on
                 report.sessions.add(line.session_id)
                 new.append(
                     MemoryMessage(
@@ -267,13 +315,13 @@ def messages_import_jsonl(
                         metadata=line.metadata,
                         token_count=count_tokens(line.content),
                         # Lines without a time keep their file order.
-                        created_at=line.created_at or now + timedelta(microseconds=start + offset),
+                        created_at=line.created_at or now + timedelta(microseconds=position),
                         search_text=segment_for_search(line.content),
                     )
                 )
             created += imports.messages_create(tenant=tenant, messages=new)
             report.imported += len(new)
-            report_progress("messages", len(batch), len(lines))
+            report_progress("messages", len(batch), total)
         if embed_after_commit and created:
             tenant_id = tenant.pk
 

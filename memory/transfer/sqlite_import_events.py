@@ -15,7 +15,13 @@ from memory.models import MemoryAuditEvent
 from memory.services import imports
 from memory.transfer.selectors import audit_events_of
 from memory.transfer.sqlite_format import AUDIT_COLUMNS, canonical_json
-from memory.transfer.sqlite_import_state import ImportState, read_chunks, split_verified, stored_key
+from memory.transfer.sqlite_import_state import (
+    CHUNK_CHARS,
+    ImportState,
+    read_chunks,
+    split_verified,
+    stored_key,
+)
 from memory.transfer.sqlite_rows import EVENT_TYPES, MAX, FileRow
 
 __all__ = ["import_audit_events"]
@@ -32,7 +38,7 @@ def _audit_fast(state: ImportState, row: FileRow) -> tuple[Any, ...] | None:
     if node_id in state.nodes_not_imported:
         return None
     return (
-        state.target_uuid(v["id"]), state.tenant.pk, state.workspace.pk, v["event_type"], node_id,
+        state.event_id(v["id"]), state.tenant_id, state.workspace_id, v["event_type"], node_id,
         v["session_id"], state.member(v["user_id"]), v["actor"], v["reason"], v["payload_json"],
         v["created_at"],
     )
@@ -40,13 +46,14 @@ def _audit_fast(state: ImportState, row: FileRow) -> tuple[Any, ...] | None:
 
 def import_audit_events(state: ImportState) -> None:
     ws, tenant = state.workspace, state.tenant
-    sql = "SELECT * FROM memory_audit_events ORDER BY rowid"
     held: list[tuple[Any, ...]] = []
-    for chunk in read_chunks(state, "memory_audit_events", sql, "audit events"):
+    held_chars = 0
+    for chunk in read_chunks(state, "memory_audit_events", "audit events"):
         verified, chunk = split_verified(state, "memory_audit_events", AUDIT_COLUMNS, chunk)
+        verified = [row for row in verified if not state.oversized("auditEvents", row)]
         staged = [event for event in (_audit_fast(state, row) for row in verified) if event is not None]
         state.report.skipped.audit_events += len(verified) - len(staged)
-        incoming = [_audit_in(state, row) for row in chunk]
+        incoming = [_audit_in(state, row) for row in chunk if not state.oversized("auditEvents", row)]
         ids = [e["id"] for e in incoming]
         existing = {} if state.fresh else {
             values[0]: stored_key(values[1:], [6])
@@ -76,12 +83,20 @@ def import_audit_events(state: ImportState) -> None:
                 event["user"], event["actor"], event["reason"],
                 None if event["payload"] is None else event["payload_text"], event["created_at"],
             ))
-        if state.fresh:
-            held.extend(staged)  # the nodes' insert may still be running; staged once it is done
-        else:
-            imports.audit_events_stage(tenant=tenant, staging=state.staging, rows=staged)
+        held.extend(staged)
+        held_chars += sum(len(event[8]) + len(event[9] or "") for event in staged)
+        # While the nodes' insert still runs, events are held (staging them would wait for it), up to a
+        # chunk's worth of text, so memory stays bounded.
+        if not (state.staging.busy and held_chars < CHUNK_CHARS):
+            imports.audit_events_stage(tenant=tenant, staging=state.staging, rows=held)
+            held, held_chars = [], 0
         state.report.imported.audit_events += len(staged)
     imports.audit_events_stage(tenant=tenant, staging=state.staging, rows=held)
+    if state.same_workspace:  # ids are kept: one another tenant uses is renamed, like an unused one
+        taken = imports.audit_events_staged_ids_taken(tenant=tenant, staging=state.staging)
+        renames = {event_id: state.derived_uuid(str(event_id)) for event_id in taken}
+        if renames:
+            imports.audit_events_staged_rename(tenant=tenant, staging=state.staging, renames=renames)
     imports.audit_events_insert_staged(tenant=tenant, staging=state.staging)
 
 
@@ -89,7 +104,7 @@ def _audit_in(state: ImportState, row: FileRow) -> dict[str, Any]:
     source_id = row.text("id")
     source_node = row.text("node_id", required=False)
     return {
-        "id": state.target_uuid(source_id),
+        "id": state.event_id(source_id),
         "source_id": source_id,
         "event_type": row.choice("event_type", EVENT_TYPES),
         "node_id": state.event_node_id(source_node),

@@ -28,7 +28,6 @@ from memory.transfer.sqlite_import_state import (
     read_chunks,
     split_verified,
     stored_key,
-    with_vectors,
 )
 from memory.transfer.sqlite_rows import CHANNELS, MAX, ROLES, FileRow
 
@@ -76,7 +75,7 @@ class _Message:
 
     def staged(self, state: ImportState) -> tuple[Any, ...]:
         return (
-            state.tenant.pk, state.workspace.pk, self.id, self.session_id, self.user, self.parent_id,
+            state.tenant_id, state.workspace_id, self.id, self.session_id, self.user, self.parent_id,
             self.role, self.content, self.channel, self.agent_name,
             None if self.metadata is None else self.metadata_text, self.token_count, self.created_at,
             self.search_text or segment_for_search(self.content), self.vector, self.vector_model,
@@ -87,7 +86,7 @@ def _message_fast(state: ImportState, row: FileRow) -> tuple[Any, ...]:
     v = row.values
     vector, vector_model = row.vector(state.server_model)
     return (
-        state.tenant.pk, state.workspace.pk, v["id"], v["session_id"], state.member(v["user_id"]),
+        state.tenant_id, state.workspace_id, v["id"], v["session_id"], state.member(v["user_id"]),
         v["parent_id"], v["role"], v["content"], v["channel"], v["agent_name"], v["metadata_json"],
         v["token_count"], v["created_at"], v["search_text"] or segment_for_search(v["content"]),
         vector, vector_model,
@@ -105,18 +104,17 @@ def _refused(state: ImportState, table: str, source_id: str, *texts: str | None)
 
 def import_messages(state: ImportState) -> None:
     ws, tenant = state.workspace, state.tenant
-    sql = with_vectors(state, "memory_messages", "memory_message_embeddings", "message_id")
-    for chunk in read_chunks(state, "memory_messages", sql, "messages"):
+    vectors = ("memory_message_embeddings", "message_id")
+    for chunk in read_chunks(state, "memory_messages", "messages", vectors):
         verified, chunk = split_verified(state, "memory_messages", MESSAGE_COLUMNS, chunk)
         # Capture does not refuse secrets in evidence, so even this server's own rows are checked.
         staged = [
             _message_fast(state, row) for row in verified
-            if not _refused(state, "messages", row.values["id"], row.values["content"])
+            if not state.oversized("messages", row)
+            and not _refused(state, "messages", row.values["id"], row.values["content"])
         ]
-        incoming = [
-            message for message in (_message_in(state, row) for row in chunk)
-            if not _refused(state, "messages", message.id, message.content)
-        ]
+        read = (_message_in(state, row) for row in chunk if not state.oversized("messages", row))
+        incoming = [m for m in read if not _refused(state, "messages", m.id, m.content)]
         wanted = {m.id for m in incoming} | {m.renamed() for m in incoming}
         existing = {} if state.fresh else {
             values[0]: stored_key(values[1:], [4])
@@ -187,10 +185,15 @@ def import_summaries(state: ImportState) -> None:
     ws, tenant = state.workspace, state.tenant
     # A summary left out for its content: its children hang from its parent instead (id → parent).
     relink: dict[UUID, UUID | None] = {}
-    sql = "SELECT * FROM memory_summaries ORDER BY rowid"
-    for chunk in read_chunks(state, "memory_summaries", sql, "summaries"):
+    for chunk in read_chunks(state, "memory_summaries", "summaries"):
         incoming = []
-        for summary in (_summary_in(state, row) for row in chunk):
+        for row in chunk:
+            if state.oversized("summaries", row):
+                source_id = row.text("id")
+                relink[state.summary_map.get(source_id) or state.target_uuid(source_id)] = state.link_uuid(
+                    row.text("parent_summary_id", required=False), state.summary_map)
+                continue
+            summary = _summary_in(state, row)
             lists = (text for name in SUMMARY_LIST_FIELDS for text in summary[name])
             texts = (summary["summary"], summary["current_goal"], *lists)
             if _refused(state, "summaries", summary["source_id"], *texts):
@@ -231,6 +234,11 @@ def import_summaries(state: ImportState) -> None:
             else "the stored chain already continues differently from this summary's parent"
         )
         state.report.conflict("summaries", source_id, reason, detail)
+    if state.same_workspace:  # ids are kept: one another tenant uses is renamed, like an unused one
+        taken = imports.summaries_staged_ids_taken(tenant=tenant, staging=state.staging)
+        renames = {summary_id: state.derived_uuid(source_id) for summary_id, source_id in taken}
+        if renames:
+            imports.summaries_staged_rename(tenant=tenant, staging=state.staging, renames=renames)
     state.report.imported.summaries += imports.summaries_insert_staged(tenant=tenant, staging=state.staging)
 
 

@@ -1,13 +1,11 @@
-"""Import of a file's memory cards (`memory_nodes`, with their vectors).
+"""Import of a file's memory cards (`memory_nodes`, with their vectors): reading, checking, comparing.
 
-Each file row is checked (memory.transfer.sqlite_rows) and compared with the stored node of the
-same id: identical → skipped; a file revision at least the stored one → a new revision of the
-stored node (audit event "update", reason "import"); older, another workspace's, or hard-forgotten
-here → a reported conflict, the stored node wins. Then the slots are settled — one active node per
-(scope, owner, key): a file card whose slot another active card holds is not imported (skipped when
-it has the same content, a `slot_taken` conflict otherwise) — and links to nodes that end up nowhere
-are cleared. A card that carries a secret is left out (`sensitive_content`). The rows kept are
-written by memory.services.imports.
+Each file row is checked (memory.transfer.sqlite_rows), then put to the caller's write rules
+(memory.transfer.import_rules: scope, owner, size, secrets) — a refused card is left out with its
+reason — and compared with the stored node of the same id: identical → skipped; a file revision at
+least the stored one → a new revision of the stored node; older, another workspace's, or
+hard-forgotten here → a reported conflict, the stored node wins. The cards kept are staged; the
+slots, chains and ids are settled and the rows written by memory.transfer.sqlite_import_slots.
 """
 
 from __future__ import annotations
@@ -17,25 +15,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from memory.models import AuditEventType, MemoryAuditEvent, MemoryNode
+from memory.models import MemoryAuditEvent, MemoryNode
 from memory.rules.errors import SchemaError
 from memory.rules.item_keys import canonical_key
 from memory.rules.kinds import resolve_kind
-from memory.rules.node_text import node_search_text, same_content
+from memory.rules.node_text import node_search_text
 from memory.rules.sensitive import find_sensitive_node_content
-from memory.services import imports
-from memory.services.audit import audit_event_build
-from memory.transfer.report import ImportError_, sensitive_detail
+from memory.services import imports_nodes
+from memory.transfer.import_rules import Refusal, card_refusal, scope_refusal, too_large
+from memory.transfer.report import sensitive_detail
 from memory.transfer.signatures import NODE_SEARCH_COLUMNS, node_file_search_text
 from memory.transfer.sqlite_format import NODE_COLUMNS, canonical_json, iso_utc, pg_array, pg_array_from_json
-from memory.transfer.sqlite_import_state import (
-    ImportState,
-    read_chunks,
-    split_verified,
-    stored_key,
-    with_vectors,
-)
-from memory.transfer.sqlite_rows import MAX, NODE_TYPES, SCOPES, STATUSES, FileRow
+from memory.transfer.sqlite_import_slots import settle_and_apply
+from memory.transfer.sqlite_import_state import ImportState, read_chunks, split_verified, stored_key
+from memory.transfer.sqlite_rows import MAX, NODE_TYPES, SCOPES, STATUSES, TEXT_CAPS, FileRow
 from memory.visibility import owner_ref
 
 __all__ = ["import_nodes"]
@@ -114,7 +107,7 @@ class _Node:
             tags=self.tags, entities=self.entities,
         )
         return (
-            self.id, state.tenant.pk, state.workspace.pk, self.user, self.session_id, self.parent,
+            self.id, state.tenant_id, state.workspace_id, self.user, self.session_id, self.parent,
             self.supersedes, self.scope, self.owner_ref, self.kind, self.item_key, self.key, self.domain,
             self.texts[0], "/".join(self.category_path), self.type,
             None if self.value_json is None else self.texts[4], self.title, self.content, self.status,
@@ -125,6 +118,11 @@ class _Node:
         )
 
 
+class _LeftOut(Exception):  # noqa: N818 - not an error: a row the rules keep out of the import
+    def __init__(self, node_id: uuid.UUID, source_id: str, refusal: Refusal) -> None:
+        self.node_id, self.source_id, self.refusal = node_id, source_id, refusal
+
+
 def _node_fast(state: ImportState, row: FileRow) -> tuple[Any, ...]:
     """Return the staging row of a node this server signed (its checks held when it left the database)."""
     v = row.values
@@ -132,11 +130,11 @@ def _node_fast(state: ImportState, row: FileRow) -> tuple[Any, ...]:
     search_text = v["search_text"] or node_file_search_text(tuple(v[c] or "" for c in NODE_SEARCH_COLUMNS))
     vector, vector_model = row.vector(state.server_model)
     return (
-        state.node_map[v["id"]], state.tenant.pk, state.workspace.pk, user, v["session_id"],
+        state.node_map[v["id"]], state.tenant_id, state.workspace_id, user, v["session_id"],
         state.link_uuid(v["parent_id"], state.node_map), state.link_uuid(v["supersedes_id"], state.node_map),
         v["scope"],
         owner_ref(
-            scope=v["scope"], workspace_id=state.workspace.pk, session_id=v["session_id"], user_id=user
+            scope=v["scope"], workspace_id=state.workspace_id, session_id=v["session_id"], user_id=user
         ),
         v["kind"], v["item_key"], v["key"], v["domain"], pg_array_from_json(v["category_path_json"]),
         v["category_path_text"], v["type"], v["value_json"], v["title"], v["content"], v["status"],
@@ -148,21 +146,37 @@ def _node_fast(state: ImportState, row: FileRow) -> tuple[Any, ...]:
     )
 
 
+def _fast_refusal(state: ImportState, row: FileRow) -> Refusal | None:
+    """Apply the write rules to a signed row (its shape and its secrets were checked on this server)."""
+    v = row.values
+    oversized = row.oversized()
+    if oversized is not None:
+        return too_large(oversized, TEXT_CAPS["memory_nodes"][oversized])
+    return card_refusal(state.viewer, scope=v["scope"], user_id=state.member(v["user_id"]),
+                        username=v["user_id"])
+
+
 def import_nodes(state: ImportState) -> None:
     tenant = state.tenant
-    sql = with_vectors(state, "memory_nodes", "memory_embeddings", "node_id")
     previous_versions: dict[uuid.UUID, dict[str, Any]] = {}
-    for chunk in read_chunks(state, "memory_nodes", sql, "nodes"):
+    for chunk in read_chunks(state, "memory_nodes", "nodes", ("memory_embeddings", "node_id")):
         verified, chunk = split_verified(state, "memory_nodes", NODE_COLUMNS, chunk)
-        staged = [_node_fast(state, row) for row in verified]
+        staged = []
+        for row in verified:
+            node_id = state.node_map[row.values["id"]]
+            if row.values["supersedes_id"] is not None:
+                state.chains.link(node_id, state.link_uuid(row.values["supersedes_id"], state.node_map))
+            refusal = _fast_refusal(state, row)
+            if refusal is None:
+                staged.append(_node_fast(state, row))
+            else:
+                state.leave_out(node_id, row.values["id"], refusal.reason, refusal.detail)
         incoming = []
-        for node in (_node_in(state, row) for row in chunk):
-            reason = node.secret()
-            if reason is None:
-                incoming.append(node)
-                continue
-            state.nodes_not_imported.add(node.id)
-            state.report.conflict("nodes", node.source_id, "sensitive_content", sensitive_detail(reason))
+        for row in chunk:
+            try:
+                incoming.append(_node_in(state, row))
+            except _LeftOut as out:
+                state.leave_out(out.node_id, out.source_id, out.refusal.reason, out.refusal.detail)
         ids = [n.id for n in incoming]
         existing = {} if state.fresh else {
             values[0]: values[1:]
@@ -177,11 +191,8 @@ def import_nodes(state: ImportState) -> None:
         )
         for node in incoming:
             if node.id in forgotten:
-                state.nodes_not_imported.add(node.id)
-                state.report.conflict(
-                    "nodes", node.source_id, "forgotten",
-                    "this memory was hard-forgotten here; it is not brought back",
-                )
+                state.leave_out(node.id, node.source_id, "forgotten",
+                                "this memory was hard-forgotten here; it is not brought back")
                 continue
             stored = existing.get(node.id)
             if stored is None:
@@ -190,9 +201,8 @@ def import_nodes(state: ImportState) -> None:
             action = _compare(state, node, stored, previous_versions)
             if action is not None:
                 staged.append(node.staged(state, action))
-        imports.nodes_stage(tenant=tenant, staging=state.staging, rows=staged)
-    _settle_slots(state)
-    _apply(state, previous_versions)
+        imports_nodes.nodes_stage(tenant=tenant, staging=state.staging, rows=staged)
+    settle_and_apply(state, previous_versions)
 
 
 def _compare(
@@ -204,24 +214,23 @@ def _compare(
     """Return "update" when the file's node replaces the stored one, None when it is skipped or a conflict."""
     stored_workspace, stored_revision, stored_owner_ref, stored_updated_at = stored[:4]
     if stored_workspace != state.workspace.pk:
-        state.nodes_not_imported.add(node.id)
-        state.report.conflict(
-            "nodes", node.source_id, "other_workspace", "a node with this id belongs to another workspace"
-        )
+        state.leave_out(node.id, node.source_id, "other_workspace",
+                        "a node with this id belongs to another workspace")
         return None
     if stored_key(stored[4:], _NODE_JSON_POSITIONS) == node.compare_key(state):
         state.report.skipped.nodes += 1
         return None
     if node.revision < stored_revision:
-        state.nodes_not_imported.add(node.id)
-        state.report.conflict(
-            "nodes", node.source_id, "stale_revision",
-            f"the file has revision {node.revision}, the stored node is at "
-            f"{stored_revision} with different content; the stored node is kept",
-        )
+        state.leave_out(node.id, node.source_id, "stale_revision",
+                        f"the file has revision {node.revision}, the stored node is at "
+                        f"{stored_revision} with different content; the stored node is kept")
+        return None
+    previous = dict(zip(_NODE_COMPARED, stored[4:], strict=True))
+    refusal = scope_refusal(state.viewer, previous["scope"])
+    if refusal is not None:  # the stored card is out of the caller's reach, whatever the file says
+        state.leave_out(node.id, node.source_id, refusal.reason, refusal.detail)
         return None
     node.revision = max(stored_revision + 1, node.revision)
-    previous = dict(zip(_NODE_COMPARED, stored[4:], strict=True))
     if (previous["scope"], previous["session_id"], previous["user__username"]) == (
         node.scope, node.session_id, state.username(node.user)
     ):
@@ -235,10 +244,17 @@ def _compare(
 
 
 def _node_in(state: ImportState, row: FileRow) -> _Node:
+    """Return the checked card of a file row; raise _LeftOut when the write rules keep it out."""
     source_id = row.text("id")
+    node_id = state.node_map.get(source_id) or state.target_uuid(source_id)
+    supersedes = state.link_uuid(row.text("supersedes_id", required=False), state.node_map)
+    state.chains.link(node_id, supersedes)
     scope = row.choice("scope", SCOPES)
     title = row.text("title", max_length=MAX["title"])
     content = row.text("content")
+    oversized = row.oversized()
+    if oversized is not None:
+        raise _LeftOut(node_id, source_id, too_large(oversized, TEXT_CAPS["memory_nodes"][oversized]))
     tags = row.json_strings("tags_json", MAX["tag"])
     entities = row.json_strings("entities_json", MAX["entity"])
     category_path = row.json_strings("category_path_json", MAX["category"])
@@ -248,7 +264,11 @@ def _node_in(state: ImportState, row: FileRow) -> _Node:
     kind = row.text("kind", required=False, max_length=MAX["kind"])
     key = row.text("key", required=False, max_length=MAX["key"]) or _key_of(state, source_id, kind, item_key)
     session_id = row.text("session_id", required=False, max_length=MAX["session_id"])
-    user = state.member(row.text("user_id", required=False))
+    username = row.text("user_id", required=False)
+    user = state.member(username)
+    refusal = card_refusal(state.viewer, scope=scope, user_id=user, username=username)
+    if refusal is not None:
+        raise _LeftOut(node_id, source_id, refusal)
     value_json = row.json("value_json")
     search_text = row.get("search_text")
     # Signed over the file's own texts, so an unchanged row verifies without re-encoding anything.
@@ -264,11 +284,11 @@ def _node_in(state: ImportState, row: FileRow) -> _Node:
         pg_array(category_path), pg_array(tags), pg_array(entities), pg_array(sources),
         row.values.get("value_json") or "null",
     ]
-    return _Node(
-        id=state.node_map.get(source_id) or state.target_uuid(source_id),
+    node = _Node(
+        id=node_id,
         source_id=source_id,
         parent=state.link_uuid(row.text("parent_id", required=False), state.node_map),
-        supersedes=state.link_uuid(row.text("supersedes_id", required=False), state.node_map),
+        supersedes=supersedes,
         session_id=session_id,
         user=user,
         scope=scope,
@@ -299,9 +319,16 @@ def _node_in(state: ImportState, row: FileRow) -> _Node:
         vector=vector,
         vector_model=vector_model,
         owner_ref=owner_ref(
-            scope=scope, workspace_id=state.workspace.pk, session_id=session_id, user_id=user
+            scope=scope, workspace_id=state.workspace_id, session_id=session_id, user_id=user
         ),
     )
+    # A card this server signed passed rule 7 when it was written here; any other is checked now.
+    signed = state.file.has("memory_nodes", "row_sig") and state.signer.row_verified(
+        "memory_nodes", NODE_COLUMNS, row.values)
+    secret = None if signed else node.secret()
+    if secret is not None:
+        raise _LeftOut(node_id, source_id, Refusal("sensitive_content", sensitive_detail(secret)))
+    return node
 
 
 def _key_of(state: ImportState, source_id: str, kind: str | None, item_key: str | None) -> str:
@@ -333,69 +360,3 @@ def _node_json(previous: dict[str, Any], updated_at: datetime) -> dict[str, Any]
         "parentId": None if previous["parent_id"] is None else str(previous["parent_id"]),
         "updatedAt": iso_utc(updated_at),
     }
-
-
-def _settle_slots(state: ImportState) -> None:
-    """Keep one active node per slot: file nodes whose slot another active node holds are not imported.
-
-    An identical card already active in the slot (a user's preference copied along with its
-    workspace) counts as skipped and links to it follow the stored card; a different one is a
-    conflict and the stored card wins. Links to nodes that end up nowhere are cleared.
-    """
-    tenant, staging = state.tenant, state.staging
-    slots = imports.nodes_staged_slots(tenant=tenant, staging=staging)
-    if slots.clashes:
-        described = "; ".join(
-            f"{scope} slot {key!r}: ids {', '.join(ids[:3])}" for scope, _, key, ids in slots.clashes
-        )
-        raise ImportError_(
-            f"The file has more than one active node in the same slot ({described}). "
-            "Mark all but the newest superseded and import again; nothing was imported."
-        )
-    duplicates: list[tuple[uuid.UUID, uuid.UUID]] = []
-    for occupant in slots.occupants:
-        state.nodes_not_imported.add(occupant.staged_id)
-        if occupant.action == "insert" and same_content(occupant.staged, occupant.holder):
-            state.report.skipped.nodes += 1
-            duplicates.append((occupant.staged_id, occupant.holder_id))
-        else:
-            state.report.conflict(
-                "nodes", occupant.source_id, "slot_taken",
-                f"node {occupant.holder_id} is already active in this slot with other content",
-            )
-    imports.nodes_unstage(
-        tenant=tenant, staging=staging, ids=sorted(state.nodes_not_imported), relink=duplicates
-    )
-    dropped = imports.nodes_clear_dangling_links(tenant=tenant, staging=staging)
-    if dropped:
-        state.report.warnings.append(
-            f"{dropped} link(s) (parentId/supersedesId) pointed at nodes that are neither in the file nor in "
-            "this tenant; they were cleared."
-        )
-
-
-def _apply(state: ImportState, previous_versions: dict[uuid.UUID, dict[str, Any]]) -> None:
-    tenant, staging = state.tenant, state.staging
-    if state.fresh:
-        # Only inserts: count vectors from the staged rows and let the insert run while the events are read.
-        def done(count: int) -> None:
-            state.report.imported.nodes += count
-
-        staged = imports.nodes_insert_staged_in_background(tenant=tenant, staging=staging, on_done=done)
-        state.nodes_to_embed = [str(node_id) for node_id, has_vector in staged if not has_vector]
-        state.count_vectors(len(staged) - len(state.nodes_to_embed), len(state.nodes_to_embed))
-        return
-    applied = imports.nodes_apply_staged(tenant=tenant, staging=staging)
-    state.report.updated.nodes += applied.updated
-    state.report.imported.nodes += applied.inserted
-    state.nodes_to_embed = [str(node_id) for node_id, _, unembedded in applied.written if unembedded]
-    state.count_vectors(sum(reused for _, reused, _ in applied.written), len(state.nodes_to_embed))
-    events = [
-        audit_event_build(
-            tenant=tenant, event_type=AuditEventType.UPDATE, node_id=node_id, workspace_id=state.workspace.pk,
-            session_id=session_id, user_id=user_id, actor=state.actor, reason="import",
-            payload={"source": "sqlite_import", **previous_versions[node_id]}, created_at=state.now,
-        )
-        for node_id, session_id, user_id in applied.updates
-    ]
-    imports.audit_events_create(tenant=tenant, events=events)

@@ -14,28 +14,80 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 
-from memory.models import AuditEventType, Channel, NodeStatus, NodeType, Role
+from memory.api.serializers import MAX_TEXT
+from memory.models import (
+    AuditEventType,
+    Channel,
+    MemoryAuditEvent,
+    MemoryMessage,
+    MemoryNode,
+    NodeStatus,
+    NodeType,
+    Role,
+)
+from memory.services.summaries import SUMMARY_LIST_FIELDS
 from memory.transfer.report import ImportError_
 from memory.transfer.sqlite_format import JSON_DECODER, json_text, vector_text
 from tenants.models import Scope
 
-__all__ = ["CHANNELS", "EVENT_TYPES", "MAX", "NODE_TYPES", "ROLES", "SCOPES", "STATUSES", "FileRow"]
+__all__ = [
+    "CHANNELS", "EVENT_TYPES", "MAX", "MAX_TEXT", "NODE_TYPES", "OVERSIZED", "ROLES", "SCOPES", "STATUSES",
+    "TEXT_CAPS", "FileRow", "read_cap",
+]
 
+# The name of the first column of a read row that is over its TEXT_CAPS limit, computed by SQLite.
+OVERSIZED = "ekko_oversized"
+
+
+def _limit(model: type, name: str) -> int:
+    field = model._meta.get_field(name)
+    return getattr(field, "base_field", field).max_length
+
+
+# The database's column limits: a longer value cannot be stored, so the file is refused.
 MAX = {
-    "message_id": 128,
-    "session_id": 200,
-    "title": 500,
-    "key": 255,
-    "kind": 64,
-    "item_key": 128,
-    "domain": 100,
-    "category": 100,
-    "tag": 100,
-    "entity": 200,
-    "actor": 200,
-    "agent_name": 200,
-    "category_path_text": 500,
+    "message_id": _limit(MemoryMessage, "message_id"),
+    "session_id": _limit(MemoryMessage, "session_id"),
+    "title": _limit(MemoryNode, "title"),
+    "key": _limit(MemoryNode, "key"),
+    "kind": _limit(MemoryNode, "kind"),
+    "item_key": _limit(MemoryNode, "item_key"),
+    "domain": _limit(MemoryNode, "domain"),
+    "category": _limit(MemoryNode, "category_path"),
+    "tag": _limit(MemoryNode, "tags"),
+    "entity": _limit(MemoryNode, "entities"),
+    "actor": _limit(MemoryAuditEvent, "actor"),
+    "agent_name": _limit(MemoryMessage, "agent_name"),
+    "category_path_text": _limit(MemoryNode, "category_path_text"),
 }
+# The API's text limit (memory.api.serializers) holds for imported rows too: a longer text is left out
+# of the import (`too_large`), so no path stores, segments or embeds more than a write could. An audit
+# payload holds a card snapshot (content and value of at most MAX_TEXT each, plus its lists).
+MAX_PAYLOAD = 4 * MAX_TEXT
+TEXT_CAPS: dict[str, dict[str, int]] = {
+    "memory_messages": {"content": MAX_TEXT, "metadata_json": MAX_TEXT},
+    "memory_summaries": {
+        "summary": MAX_TEXT, "current_goal": MAX_TEXT,
+        **{f"{name}_json": MAX_TEXT for name in SUMMARY_LIST_FIELDS},
+    },
+    "memory_nodes": {
+        "content": MAX_TEXT, "value_json": MAX_TEXT, "tags_json": MAX_TEXT, "entities_json": MAX_TEXT,
+        "category_path_json": MAX_TEXT, "source_message_ids_json": MAX_TEXT,
+    },
+    "memory_audit_events": {"reason": MAX_TEXT, "payload_json": MAX_PAYLOAD},
+}
+# What a file may hold beyond TEXT_CAPS without a refusal: derived text (recomputed when cut short) and
+# vectors; every other column is an id, a name, a time, a choice or a signature, valid far below
+# SMALL_CAP characters (a longer one fails its check whichever way it is cut).
+LARGE_CAPS = {"search_text": MAX_PAYLOAD, "vector": MAX_PAYLOAD}
+SMALL_CAP = 1000
+
+
+def read_cap(table: str, column: str) -> int:
+    """Return how many characters (bytes for blobs) of a file column are read, plus one to see excess."""
+    return TEXT_CAPS.get(table, {}).get(column) or LARGE_CAPS.get(column) or SMALL_CAP
+
+
 ROLES = frozenset(Role.values)
 CHANNELS = frozenset(Channel.values)
 SCOPES = frozenset(Scope.values)
@@ -60,6 +112,10 @@ class FileRow:
             f"{self.table} row id={self.id[:80]!r}, column {column}: {problem}. Fix or "
             "re-export the file; nothing was imported."
         )
+
+    def oversized(self) -> str | None:
+        """Return the first column over its TEXT_CAPS limit (the API's size limit), or None."""
+        return self.values.get(OVERSIZED)
 
     def get(self, column: str, default: Any = None) -> Any:
         value = self.values.get(column)

@@ -8,6 +8,7 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from memory.management.commands._workspace import progress_bars, resolve_workspace, stderr_stream
+from memory.transfer.import_rules import parse_user_map
 from memory.transfer.report import ImportError_
 from memory.transfer.sqlite_import import workspace_import_sqlite
 
@@ -19,7 +20,8 @@ class Command(BaseCommand):
         "Import an SQLite file in the Ekko local format into a workspace, in one transaction. The file is "
         "checked before anything is written. Into the workspace it came from, ids are kept (identical rows "
         "skipped, newer node revisions applied, clashes reported); into another workspace it becomes a copy "
-        "with new ids."
+        "with new ids. Rows the write rules refuse (global cards, secrets, texts over the API's limits, "
+        "cards of people who are no members) are left out and reported."
     )
 
     def add_arguments(self, parser) -> None:  # noqa: ANN001
@@ -29,6 +31,14 @@ class Command(BaseCommand):
             "--actor",
             default="system:import_workspace",
             help="Actor recorded on the audit events the import writes.",
+        )
+        parser.add_argument(
+            "--map-user",
+            action="append",
+            default=[],
+            metavar="NAME=MEMBER",
+            help="Import the cards of username NAME in the file as MEMBER's (a member of the tenant); repeat "
+            "for several. A user-scope card whose person is no member is otherwise left out.",
         )
         parser.add_argument(
             "--no-embed",
@@ -46,6 +56,7 @@ class Command(BaseCommand):
         workspace: str,
         file: str,
         actor: str,
+        map_user: list[str],
         no_embed: bool,
         as_json: bool,
         quiet: bool,
@@ -54,11 +65,13 @@ class Command(BaseCommand):
         ws = resolve_workspace(workspace)
         started = time.perf_counter()
         try:
+            user_map = parse_user_map(map_user)
             with progress_bars(stderr_stream(self), disable=quiet) as progress:
                 report = workspace_import_sqlite(
                     tenant=ws.tenant,
                     workspace=ws,
                     path=file,
+                    user_map=user_map,
                     actor=actor,
                     progress=progress,
                     embed_after_commit=not no_embed,
