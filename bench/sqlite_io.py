@@ -39,6 +39,7 @@ from django.db import connection  # noqa: E402
 from memory.models import MemoryAuditEvent, MemoryMessage, MemoryNode, MemorySummary  # noqa: E402
 from memory.rules.node_text import node_search_text  # noqa: E402
 from memory.rules.text import segment_for_search  # noqa: E402
+from memory.transfer.import_rules import importer_viewer  # noqa: E402
 from memory.transfer.sqlite_export import workspace_export_sqlite  # noqa: E402
 from memory.transfer.sqlite_format import server_embedding_model  # noqa: E402
 from memory.transfer.sqlite_import import workspace_import_sqlite  # noqa: E402
@@ -301,7 +302,8 @@ def main() -> None:
         with Timer() as importing:
             # Embeddings are queued after commit in real use; without a broker they would run inline here.
             report = workspace_import_sqlite(
-                tenant=tenant, workspace=target, path=path, embed_after_commit=False
+                tenant=tenant, workspace=target, path=path, embed_after_commit=False,
+                viewer=importer_viewer(tenant=tenant, workspace=target, actor="system"),
             )
         import_seconds = importing.wall
 

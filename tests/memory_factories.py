@@ -18,6 +18,9 @@ from memory.models import MemoryMessage, MemoryNode, MemorySummary
 from memory.rules.item_keys import canonical_key
 from memory.rules.kinds import DEFAULT_KINDS
 from memory.rules.text import count_tokens, segment_for_search
+from memory.transfer.import_rules import importer_viewer
+from memory.transfer.report import ImportReport
+from memory.transfer.sqlite_import import workspace_import_sqlite
 from memory.visibility import Viewer, owner_ref
 from tenants.context import tenant_context
 from tenants.models import Role, Tenant, Workspace
@@ -181,3 +184,13 @@ def make_summary(
             pending_work=pending_work or [],
             created_at=created_at or timezone.now() + timedelta(microseconds=next(_sequence)),
         )
+
+
+def operator_import(*, tenant: Tenant, workspace: Workspace | int, path: Any, actor: str = "system",
+                    **options: Any) -> ImportReport:
+    """Import an SQLite file as an operator would (`manage.py import_workspace`): every agent scope."""
+    # The operator speaks from the tenant's default workspace; the import itself resolves (and may
+    # refuse) `workspace`, so a foreign one still answers not_found.
+    viewer = importer_viewer(tenant=tenant, workspace=default_workspace(tenant), actor=actor)
+    return workspace_import_sqlite(tenant=tenant, workspace=workspace, path=path, viewer=viewer, actor=actor,
+                                   **options)

@@ -86,3 +86,19 @@ def test_import_needs_a_file_and_write_rights(api, client, tenant_a):
     read_only = api_for(client, tenant_a, read_only=True)
     response = _import(read_only, "default", b"x")
     assert response.status_code == 403 and response.json()["code"] == "forbidden"
+
+
+def test_an_import_over_the_api_obeys_the_keys_write_scopes(api, tenant_a, tmp_path):
+    """A key that may write only session memory cannot bring user or workspace cards in through a file."""
+    data = _export(api, "default", tmp_path)
+    laptop = workspace_create(tenant=tenant_a, name="Laptop")
+    narrow = api_for(api.client, tenant_a, write_scopes=["session"])
+    response = _import(narrow, "laptop", data)
+    assert response.status_code == 200, response.content
+    reasons = {entry["reason"] for entry in response.json()["conflicts"]}
+    assert "scope_not_allowed" in reasons, response.json()
+    assert response.json()["imported"]["nodes"] == 0
+    with tenant_context(tenant_a):
+        assert not MemoryNode.objects.filter(workspace=laptop).exists()
+    # The same file with a key that may write those scopes brings the workspace card in.
+    assert _import(api, "laptop", data).json()["imported"]["nodes"] == 1

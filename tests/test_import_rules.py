@@ -31,7 +31,7 @@ from memory.visibility import Viewer
 from tenants.context import tenant_context
 from tenants.models import Tenant
 from tenants.services import workspace_create
-from tests.memory_factories import make_member
+from tests.memory_factories import make_member, operator_import
 from tests.test_sqlite_io import (
     Builder,
     counts,
@@ -65,7 +65,7 @@ def test_rows_carrying_secrets_are_left_out_with_the_reason_the_rest_imports(ten
         db.execute("UPDATE memory_messages SET content = ? WHERE id = ?", (CARD, message))
         db.execute("UPDATE memory_summaries SET pending_work_json = ? WHERE id = ?",
                    (json.dumps([API_KEY]), str(first.id)))
-    report = workspace_import_sqlite(tenant=tenant_b, workspace=default_workspace(tenant_b), path=path)
+    report = operator_import(tenant=tenant_b, workspace=default_workspace(tenant_b), path=path)
     assert sorted(reasons(report)) == sorted([
         ("nodes", str(node.id), "sensitive_content"),
         ("messages", message, "sensitive_content"),
@@ -90,7 +90,7 @@ def test_evidence_with_a_secret_is_left_out_even_from_this_servers_own_signed_fi
     b.message(PASSWORD, message_id="secret")  # capture keeps evidence as said; an import applies rule 7
     path = export(tenant_a, b.workspace, tmp_path)
     copy = workspace_create(tenant=tenant_a, name="Copy")
-    report = workspace_import_sqlite(tenant=tenant_a, workspace=copy, path=path)
+    report = operator_import(tenant=tenant_a, workspace=copy, path=path)
     assert reasons(report) == [("messages", "secret", "sensitive_content")]
     with tenant_context(tenant_a):
         copied = MemoryMessage.objects.filter(workspace=copy).values_list("message_id", flat=True)
@@ -161,7 +161,7 @@ def test_global_cards_are_never_imported_and_the_rest_is(tenant_a, tenant_b, tmp
     path = export(tenant_a, b.workspace, tmp_path)
     for tenant, workspace in ((tenant_b, default_workspace(tenant_b)),
                               (tenant_a, workspace_create(tenant=tenant_a, name="Copy"))):
-        report = workspace_import_sqlite(tenant=tenant, workspace=workspace, path=path)
+        report = operator_import(tenant=tenant, workspace=workspace, path=path)
         assert reasons(report) == [("nodes", str(glob.id), "scope_not_allowed")]
         assert report.imported.nodes == 5
         with tenant_context(tenant):
@@ -228,7 +228,7 @@ def test_texts_over_the_api_limit_are_left_out_and_never_read_whole(tenant_a, te
         db.execute("UPDATE memory_nodes SET content = ? WHERE id = ?", (huge, str(node.id)))
         db.execute("UPDATE memory_messages SET content = ? WHERE id = 'm2'", ("x" * 5_000_000,))
         db.execute("UPDATE memory_audit_events SET reason = ? WHERE rowid = 4", ("y" * (MAX_TEXT + 1),))
-    report = workspace_import_sqlite(tenant=tenant_b, workspace=default_workspace(tenant_b), path=path)
+    report = operator_import(tenant=tenant_b, workspace=default_workspace(tenant_b), path=path)
     assert sorted(reasons(report)) == sorted([
         ("nodes", str(node.id), "too_large"), ("messages", "m2", "too_large"),
         ("auditEvents", reasons_id(path, "memory_audit_events", 4), "too_large")])
@@ -265,12 +265,12 @@ def test_a_user_card_of_someone_who_is_no_member_is_refused_or_mapped(tenant_a, 
     orphan = b.node("没有主人", "无主", key="avoid_ingredient:无主", scope="user")
     path = export(tenant_a, b.workspace, tmp_path)
     target = default_workspace(tenant_b)
-    report = workspace_import_sqlite(tenant=tenant_b, workspace=target, path=path)
+    report = operator_import(tenant=tenant_b, workspace=target, path=path)
     assert sorted(reasons(report)) == sorted([("nodes", str(card.id), "unknown_user"),
                                               ("nodes", str(orphan.id), "unknown_user")])
     with pytest.raises(ImportError_, match="not members"):
-        workspace_import_sqlite(tenant=tenant_b, workspace=target, path=path, user_map={"alice": "nobody"})
-    report = workspace_import_sqlite(tenant=tenant_b, workspace=target, path=path, user_map={"alice": "bob"})
+        operator_import(tenant=tenant_b, workspace=target, path=path, user_map={"alice": "nobody"})
+    report = operator_import(tenant=tenant_b, workspace=target, path=path, user_map={"alice": "bob"})
     assert reasons(report) == [("nodes", str(orphan.id), "unknown_user")] and report.imported.nodes == 1
     with tenant_context(tenant_b):
         mapped = MemoryNode.objects.get(title="Alice 的偏好")
@@ -311,7 +311,7 @@ def test_a_copy_into_another_workspace_never_keeps_a_chain_without_its_head(tena
     b, old, head = user_chain(tenant_a)
     path = export(tenant_a, b.workspace, tmp_path)
     other = workspace_create(tenant=tenant_a, name="Other")
-    report = workspace_import_sqlite(tenant=tenant_a, workspace=other, path=path)
+    report = operator_import(tenant=tenant_a, workspace=other, path=path)
     # The person's chain is already theirs (user cards follow them): the whole chain is skipped.
     assert (report.imported.nodes, report.skipped.nodes, report.conflicts) == (0, 2, [])
     with tenant_context(tenant_a):
@@ -327,7 +327,7 @@ def test_a_chain_whose_head_is_refused_is_left_out_whole(tenant_a, tmp_path):
     other = workspace_create(tenant=tenant_a, name="Other")
     with tenant_context(tenant_a):
         MemoryNode.objects.filter(pk__in=[old.id, head.id]).delete()  # nothing here to be a duplicate of
-    report = workspace_import_sqlite(tenant=tenant_a, workspace=other, path=path)
+    report = operator_import(tenant=tenant_a, workspace=other, path=path)
     assert sorted(reasons(report)) == sorted([("nodes", str(head.id), "sensitive_content"),
                                               ("nodes", str(old.id), "chain")])
     assert str(head.id) in next(c["detail"] for c in report.conflicts if c["reason"] == "chain")
@@ -371,7 +371,7 @@ def test_an_id_another_tenant_uses_imports_exactly_like_an_unused_one(tenant_a, 
         return copy
 
     def imported(file: Path) -> dict:
-        report = workspace_import_sqlite(tenant=tenant_a, workspace=b.workspace, path=file)
+        report = operator_import(tenant=tenant_a, workspace=b.workspace, path=file)
         assert report.mode == "same_workspace"
         return report.as_json()
 

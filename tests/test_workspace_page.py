@@ -199,3 +199,22 @@ def test_sign_in_required(team):
 def test_chinese_page(team):
     html = signed_in("alice").get("/workspace/", HTTP_ACCEPT_LANGUAGE="zh-CN").content.decode()
     assert '<html lang="zh-hans">' in html and "导出" in html and "Export" not in html
+
+
+def test_an_import_maps_the_files_users_to_members_named_on_the_page(team):
+    """bob's personal card (another tenant's file) is left out unless the page maps bob to a member."""
+    data = _export(signed_in("bob"))
+    client = signed_in("alice")
+    laptop = workspace_create(tenant=team["tenant"], name="Laptop")
+    _switch(client, laptop.pk)
+    unmapped = client.post("/workspace/import/", _upload(data))
+    assert unmapped.status_code == 200 and "unknown_user" in unmapped.content.decode()
+    mia = team["users"]["mia"]
+    assert _node_count(team["tenant"], user=mia) == 0
+    bad = client.post("/workspace/import/", {**_upload(data), "map_users": "bob"})
+    assert bad.status_code == 400 and "NAME=MEMBER" in bad.content.decode()
+    stranger = client.post("/workspace/import/", {**_upload(data), "map_users": "bob=nobody"})
+    assert stranger.status_code == 400 and _node_count(team["tenant"], user=mia) == 0
+    mapped = client.post("/workspace/import/", {**_upload(data), "map_users": "bob=mia\n"})
+    assert mapped.status_code == 200, mapped.content.decode()[:500]
+    assert _node_count(team["tenant"], user=mia, title="bob 不吃香菜") == 1

@@ -87,5 +87,5 @@ class WorkspaceImportApi(MemoryApiView):
                 copy.write(chunk)
             copy.flush()
             report = workspace_import_sqlite(tenant=viewer.tenant, workspace=viewer.workspace, path=copy.name,
-                                             actor=principal.actor)
+                                             viewer=viewer, actor=principal.actor)
         return Response(report.as_json())

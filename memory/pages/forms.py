@@ -249,3 +249,8 @@ class WorkspaceImportForm(forms.Form):
     file = forms.FileField(
         label=_("SQLite file"), error_messages={"required": _("Choose the file to import.")}
     )
+    map_users = forms.CharField(required=False, max_length=10_000, label=_("Map users"))
+
+    def user_map_lines(self) -> list[str]:
+        """Return the `NAME=MEMBER` lines of the map-users field, blank lines left out."""
+        return [line for line in self.cleaned_data.get("map_users", "").splitlines() if line.strip()]

@@ -19,7 +19,7 @@ from django.db import DataError, IntegrityError, transaction
 
 from memory.models import MemoryAuditEvent, MemoryMessage, MemoryNode, MemorySummary
 from memory.services import imports
-from memory.transfer.import_rules import importer_viewer, require_import_allowed, user_map_checked
+from memory.transfer.import_rules import require_import_allowed, user_map_checked
 from memory.transfer.report import ImportError_, ImportReport, Progress, no_progress
 from memory.transfer.selectors import members_named, workspace_in_tenant
 from memory.transfer.signatures import SearchTextSigner
@@ -49,7 +49,7 @@ def workspace_import_sqlite(
     tenant: Tenant,
     workspace: Workspace | int,
     path: str | os.PathLike[str],
-    viewer: Viewer | None = None,
+    viewer: Viewer,
     user_map: Mapping[str, str] | None = None,
     actor: str | None = None,
     chunk_size: int = CHUNK_SIZE,
@@ -66,8 +66,9 @@ def workspace_import_sqlite(
     Rows left without a vector are queued for embedding after commit unless `embed_after_commit` is
     False (then the periodic `memory.embed_missing` sweep catches up).
 
-    The rows obey the write rules of `viewer` (the API key or person importing; an operator's
-    `importer_viewer` by default) as memory.transfer.import_rules says: a read-only caller or a
+    The rows obey the write rules of `viewer` — the API key or person importing, or for a command an
+    operator's `importer_viewer`; there is no default, so no path imports without rules — as
+    memory.transfer.import_rules says: a read-only caller or a
     workspace outside its reach is refused whole, a card it may not write is left out and reported.
     `user_map` maps usernames of the file to members of the tenant; `actor` (default: the viewer's)
     is recorded on the audit events the import writes.
@@ -75,7 +76,6 @@ def workspace_import_sqlite(
     file = sqlite_file_inspect(path)
     with closing_sqlite(Path(path)) as source, tenant_context(tenant):
         ws = workspace_in_tenant(tenant, workspace)
-        viewer = viewer or importer_viewer(tenant=tenant, workspace=ws, actor=actor or "system")
         require_import_allowed(viewer, ws)
         user_map = user_map_checked(tenant, user_map)
         same = file.info.get("tenant") == tenant.slug and file.info.get("workspace_id") == str(ws.pk)

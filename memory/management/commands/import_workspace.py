@@ -8,7 +8,7 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from memory.management.commands._workspace import progress_bars, resolve_workspace, stderr_stream
-from memory.transfer.import_rules import parse_user_map
+from memory.transfer.import_rules import importer_viewer, parse_user_map
 from memory.transfer.report import ImportError_
 from memory.transfer.sqlite_import import workspace_import_sqlite
 
@@ -71,6 +71,7 @@ class Command(BaseCommand):
                     tenant=ws.tenant,
                     workspace=ws,
                     path=file,
+                    viewer=importer_viewer(tenant=ws.tenant, workspace=ws, actor=actor or "system"),
                     user_map=user_map,
                     actor=actor,
                     progress=progress,

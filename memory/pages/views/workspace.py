@@ -19,6 +19,7 @@ from memory.models import MemoryMessage, MemoryNode, MemorySummary
 from memory.pages import forms, labels
 from memory.pages.access import PageAccess, tenant_page, wants_fragment
 from memory.pages.views.common import changed, refuse
+from memory.transfer.import_rules import parse_user_map
 from memory.transfer.report import ImportError_, ImportReport
 from memory.transfer.sqlite_import import workspace_import_sqlite
 
@@ -108,7 +109,8 @@ def workspace_import(request: HttpRequest, access: PageAccess) -> HttpResponse:
                 copy.write(chunk)
             copy.flush()
             report = workspace_import_sqlite(
-                tenant=access.tenant, workspace=access.workspace, path=copy.name, actor=access.principal.actor
+                tenant=access.tenant, workspace=access.workspace, path=copy.name, viewer=access.viewer,
+                user_map=parse_user_map(form.user_map_lines()), actor=access.principal.actor,
             )
     except ImportError_ as exc:
         context = _workspace_context(
