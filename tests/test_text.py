@@ -143,3 +143,24 @@ def test_truncate_to_tokens_respects_the_limit_and_whole_characters() -> None:
     assert truncate_to_tokens(text, total) == text
     assert truncate_to_tokens(text, 0) == ""
     assert truncate_to_tokens("", 5) == ""
+
+
+def test_long_text_is_counted_in_bounded_pieces_that_cover_it_exactly():
+    """BPE is quadratic in one pre-token: a long Chinese run must reach the encoder in short pieces."""
+    from memory.rules import text as text_rules
+
+    run = "我们今天去超市买了很多东西包括香菜花生辣椒牛奶海鲜" * 400
+    mixed = ("remember to buy cilantro " * 30) + run
+    for sample in (run, mixed):
+        pieces = text_rules._bounded_pieces(sample)
+        assert "".join(pieces) == sample
+        assert max(len(piece) for piece in pieces) <= text_rules.TOKEN_PIECE_CHARS
+    assert text_rules._bounded_pieces(mixed)[0].endswith("cilantro")  # cut at a space where one is near
+    encoder = text_rules._get_encoder()
+    short = "我不吃香菜, and no peanuts either."
+    assert text_rules.count_tokens(short) == len(encoder.encode_ordinary(short))
+    # Piecewise counting moves a long count by at most one token per piece.
+    sample = run[:1000]
+    assert abs(text_rules.count_tokens(sample) - len(encoder.encode_ordinary(sample))) <= len(
+        text_rules._bounded_pieces(sample))
+    assert text_rules.count_tokens(text_rules.truncate_to_tokens(run, 300)) <= 300

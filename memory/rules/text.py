@@ -170,11 +170,37 @@ def _get_encoder() -> Any:
     return _encoder
 
 
+# Byte-pair encoding is quadratic in the length of one pre-token, and a Chinese run without spaces
+# is one pre-token: 20,000 characters took over a minute. Encoding bounded pieces keeps it linear;
+# a merge across a piece boundary is lost, which moves a count by at most one token per piece.
+TOKEN_PIECE_CHARS = 128
+
+
+def _bounded_pieces(text: str) -> list[str]:
+    """Return `text` cut into pieces of at most TOKEN_PIECE_CHARS characters, at a space where one is near."""
+    pieces, start = [], 0
+    while start < len(text):
+        end = min(start + TOKEN_PIECE_CHARS, len(text))
+        if end < len(text):
+            space = text.rfind(" ", start + 1, end)
+            end = space if space > start else end
+        pieces.append(text[start:end])
+        start = end
+    return pieces
+
+
+def _encode(text: str) -> list[int]:
+    encoder = _get_encoder()
+    if len(text) <= TOKEN_PIECE_CHARS:
+        return encoder.encode_ordinary(text)
+    return [token for piece in _bounded_pieces(text) for token in encoder.encode_ordinary(piece)]
+
+
 def count_tokens(text: str) -> int:
     """Return the number of `o200k_base` tokens in `text` (special-token markup counts as plain text)."""
     if not text:
         return 0
-    return len(_get_encoder().encode_ordinary(text))
+    return len(_encode(text))
 
 
 def truncate_to_tokens(text: str, max_tokens: int) -> str:
@@ -182,7 +208,7 @@ def truncate_to_tokens(text: str, max_tokens: int) -> str:
     if max_tokens <= 0 or not text:
         return ""
     encoder = _get_encoder()
-    tokens = encoder.encode_ordinary(text)
+    tokens = _encode(text)
     if len(tokens) <= max_tokens:
         return text
     keep = max_tokens
@@ -194,7 +220,7 @@ def truncate_to_tokens(text: str, max_tokens: int) -> str:
             keep -= 1
             continue
         # Re-encoding a prefix can tokenize its tail differently; keep shrinking until it fits.
-        if len(encoder.encode_ordinary(prefix)) <= max_tokens:
+        if len(_encode(prefix)) <= max_tokens:
             return prefix
         keep -= 1
     return ""
