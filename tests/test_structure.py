@@ -230,10 +230,6 @@ def test_scope_choices_are_the_rules_vocabulary():
 WRITERS_ALLOWED = {
     "memory/services/": "the services own every write to memory rows",
 }
-# TEMPORARY: modules that still write memory rows themselves. Each owner removes its entry when the
-# module calls memory.services instead; the test below fails for an entry that no longer writes.
-WRITERS_TEMPORARILY_ALLOWED = {
-}
 
 
 def _memory_writers() -> dict[str, list[tuple[int, str]]]:
@@ -252,14 +248,11 @@ def test_only_the_services_write_memory_rows():
     unlisted = {
         path: [f"line {line}: {code}" for line, code in writes] for path, writes in writers.items()
         if not any(path.startswith(prefix) for prefix in WRITERS_ALLOWED)
-        and path not in WRITERS_TEMPORARILY_ALLOWED
     }
     assert not unlisted, (
         f"These modules write memory rows themselves: {unlisted}. Call a memory.services function instead "
         "(it applies the rules, the guards and the audit event); add a service if none fits."
     )
-    stale = sorted(set(WRITERS_TEMPORARILY_ALLOWED) - set(writers))
-    assert not stale, f"{stale} no longer write memory rows: remove them from WRITERS_TEMPORARILY_ALLOWED"
 
 
 WRITER_SCAN_CASES = [
