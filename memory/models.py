@@ -61,6 +61,8 @@ class AuditEventType(models.TextChoices):
     EXPIRE = "expire"
     DELETE = "delete"
     RESTORE = "restore"
+    # The erasure receipt of one hard forget: content-free, part of the tenant's audit chain.
+    ERASE = "erase"
 
 
 def _search_vector() -> models.GeneratedField:
@@ -210,7 +212,13 @@ class MemoryNode(TenantOwnedModel):
 
 
 class MemoryAuditEvent(TenantOwnedModel):
-    """One mutation of a node, written in the same transaction; never injected into context."""
+    """One mutation of a node, written in the same transaction; never injected into context.
+
+    The tenant's events form a hash chain (memory.audit_chain). The database assigns `sequence`,
+    `previous_digest`, `content_salt`, `content_digest` and `digest` on insert (a trigger, so every
+    insert path is chained) and refuses changes to them afterwards; only the content (`reason`,
+    `payload`) may be erased, together with its salt, which leaves the chain verifiable.
+    """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     workspace = models.ForeignKey(Workspace, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
@@ -224,13 +232,61 @@ class MemoryAuditEvent(TenantOwnedModel):
     reason = models.TextField()
     payload = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField()
+    # Set by the database on insert (db_default makes Django read them back with RETURNING).
+    sequence = models.BigIntegerField(db_default=0, editable=False, help_text="Position in the tenant chain.")
+    previous_digest = models.CharField(max_length=64, db_default="", editable=False)
+    content_salt = models.CharField(
+        max_length=32, db_default="", editable=False, help_text="Random per event; erased with the content."
+    )
+    content_digest = models.CharField(max_length=64, db_default="", editable=False)
+    digest = models.CharField(max_length=64, db_default="", editable=False)
 
     class Meta:
+        constraints = [
+            # Two writers can never fork a chain: a position is taken once.
+            models.UniqueConstraint(fields=["tenant", "sequence"], name="audit_tenant_sequence_uniq"),
+        ]
         indexes = [
             models.Index(fields=["tenant", "node_id", "created_at"], name="audit_node_idx"),
             models.Index(fields=["tenant", "created_at"], name="audit_tenant_time_idx"),
         ]
         ordering = ["created_at"]
+
+
+class ReadEndpoint(models.TextChoices):
+    MEMORY_SEARCH = "memory/search"
+    MEMORY_GET = "memory/get"
+    MEMORY_NODE = "memory/nodes/{id}"
+    CONTEXT = "context"
+    HISTORY = "history"
+    PAGES = "pages"
+    OTHER = "other"
+
+
+class MemoryReadEvent(TenantOwnedModel):
+    """One card handed to a caller: who (API key or person) read it, when and through which endpoint.
+
+    Written in batches after the request (memory.services.reads), kept `EKKO_READ_AUDIT_DAYS` days.
+    Holds no content, so a hard forget keeps it: who read a card before it was erased stays known.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    # Not a foreign key: the record outlives a hard-forgotten node.
+    node_id = models.UUIDField()
+    actor = models.CharField(max_length=200, help_text="api_key:<prefix> or user:<username>")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                             related_name="+")
+    api_key = models.ForeignKey("tenants.ApiKey", null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="+")
+    endpoint = models.CharField(max_length=32, choices=ReadEndpoint.choices)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["tenant", "node_id", "created_at"], name="read_node_time_idx"),
+            models.Index(fields=["tenant", "created_at"], name="read_tenant_time_idx"),
+            models.Index(fields=["tenant", "actor", "created_at"], name="read_actor_time_idx"),
+        ]
 
 
 class MemoryKind(TenantOwnedModel):

@@ -1,0 +1,163 @@
+"""The tenant audit chain: its digest format, the lock writers share, and the walk that verifies it.
+
+Each tenant's audit events form a hash chain. The database assigns an event's place on insert
+(trigger `ekko_audit_chain_append`, migration memory/0006): the next `sequence`, the previous
+event's digest, a random `content_salt`, `content_digest` = SHA-256 over (salt, reason, payload)
+and `digest` = SHA-256 over the previous digest, the event's content-free fields and its content
+digest. A hard forget erases an event's reason and payload together with its salt: the content
+digest stays (so the chain still verifies) and, without the salt, it cannot be used to confirm a
+guess of the erased text. This module recomputes every value in Python, independently of the SQL
+that wrote them, and reports the first event where the two disagree.
+
+Imports: Django's connection and the tenant context only; no service imports it except to lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from django.db import connection
+
+from tenants.context import tenant_context
+from tenants.models import Tenant
+
+GENESIS = "0" * 64
+VERSION = "ekko-audit-v1"
+# The first key of the advisory lock the insert trigger takes (with the tenant id as the second).
+LOCK_CLASS = 1162562383
+HARD_DELETE_TYPES = ("delete", "erase")
+BATCH_SIZE = 5000
+
+
+def _field(value: str | None) -> str:
+    return "~" if value is None else f"{len(value)}:{value}"
+
+
+def content_digest(*, salt: str, reason: str, payload_text: str | None) -> str:
+    """Return the salted digest of an event's content (`payload_text` is PostgreSQL's jsonb text)."""
+    material = _field(salt) + _field(reason) + _field(payload_text)
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def _optional(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def event_digest(*, tenant_id: int, sequence: int, previous_digest: str, event_id: UUID | str,
+                 event_type: str, node_id: UUID | str | None, workspace_id: int | None,
+                 session_id: str | None, actor: str, created_at_us: int, content_digest: str) -> str:
+    """Return an event's chain digest: it covers the previous digest and the content-free fields."""
+    parts = [VERSION, str(tenant_id), str(sequence), previous_digest, str(event_id), event_type,
+             _optional(node_id), _optional(workspace_id), session_id, actor, str(created_at_us),
+             content_digest]
+    return hashlib.sha256("".join(_field(part) for part in parts).encode()).hexdigest()
+
+
+def audit_chain_lock(*, tenant: Tenant | int) -> None:
+    """Take the tenant's chain lock now (held to commit), before any row lock, so writers never deadlock.
+
+    The insert trigger takes the same lock; a write transaction that locks rows first and then
+    appends an event could otherwise wait on a writer that waits on its rows.
+    """
+    tenant_id = tenant if isinstance(tenant, int) else tenant.pk
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, (%s %% 2147483647)::int)", [LOCK_CLASS, tenant_id])
+
+
+@dataclass(frozen=True)
+class ChainBreak:
+    sequence: int
+    event_id: str
+    problem: str
+
+
+@dataclass
+class ChainReport:
+    tenant: Tenant
+    events: int = 0
+    erased: int = 0
+    head_digest: str = GENESIS
+    first_break: ChainBreak | None = None
+    pending_erasures: dict[str, tuple[int, str]] = field(default_factory=dict)
+
+    @property
+    def intact(self) -> bool:
+        return self.first_break is None
+
+
+_ROWS_SQL = """
+SELECT id, sequence, previous_digest, event_type, node_id, workspace_id, session_id, actor,
+       (extract(epoch FROM created_at) * 1000000)::bigint, reason, payload::text, content_salt,
+       content_digest, digest
+FROM memory_memoryauditevent
+WHERE tenant_id = %s AND sequence > %s
+ORDER BY sequence
+LIMIT %s
+"""
+
+
+def _rows(tenant: Tenant, batch_size: int) -> Iterator[tuple]:
+    after = 0
+    while True:
+        with tenant_context(tenant), connection.cursor() as cursor:
+            cursor.execute(_ROWS_SQL, [tenant.pk, after, batch_size])
+            rows = cursor.fetchall()
+        yield from rows
+        if len(rows) < batch_size:
+            return
+        after = rows[-1][1]
+
+
+def _check(report: ChainReport, row: tuple, expected_sequence: int) -> str | None:
+    (event_id, sequence, previous, event_type, node_id, workspace_id, session_id, actor, created_at_us,
+     reason, payload_text, salt, stored_content_digest, stored_digest) = row
+    if sequence != expected_sequence:
+        return f"sequence {sequence} where {expected_sequence} was expected (events missing or reordered)"
+    if previous != report.head_digest:
+        return "previous_digest does not match the digest of the event before it"
+    if salt:
+        if content_digest(salt=salt, reason=reason, payload_text=payload_text) != stored_content_digest:
+            return "reason or payload changed after the event was written"
+    else:
+        if reason or payload_text is not None:
+            return "content is present but its salt was erased"
+        report.erased += 1
+        if node_id is None:
+            return "content was erased from an event that names no memory"
+        report.pending_erasures.setdefault(str(node_id), (sequence, str(event_id)))
+    expected = event_digest(
+        tenant_id=report.tenant.pk, sequence=sequence, previous_digest=previous, event_id=event_id,
+        event_type=event_type, node_id=node_id, workspace_id=workspace_id, session_id=session_id, actor=actor,
+        created_at_us=created_at_us, content_digest=stored_content_digest,
+    )
+    if expected != stored_digest:
+        return "digest mismatch: a chained field (type, node, workspace, session, actor, time) was changed"
+    if event_type in HARD_DELETE_TYPES and node_id is not None:
+        report.pending_erasures.pop(str(node_id), None)
+    return None
+
+
+def audit_chain_verify(*, tenant: Tenant, progress: Callable[[int], None] | None = None,
+                       batch_size: int = BATCH_SIZE) -> ChainReport:
+    """Walk the tenant's chain from its first event and return its length, head and first break."""
+    report = ChainReport(tenant=tenant)
+    for row in _rows(tenant, batch_size):
+        problem = _check(report, row, report.events + 1)
+        if problem is not None:
+            report.first_break = ChainBreak(sequence=row[1], event_id=str(row[0]), problem=problem)
+            return report
+        report.events += 1
+        report.head_digest = row[13]
+        if progress is not None and report.events % batch_size == 0:
+            progress(report.events)
+    if report.pending_erasures:
+        sequence, event_id = min(report.pending_erasures.values())
+        report.first_break = ChainBreak(
+            sequence=sequence, event_id=event_id,
+            problem="content was erased but no hard forget of its memory follows in the chain",
+        )
+    return report
+

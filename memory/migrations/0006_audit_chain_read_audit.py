@@ -1,0 +1,237 @@
+"""The tenant audit chain (memory.audit_chain) and the read audit table.
+
+The chain is assigned by the database so that every insert path (services, imports, fixtures,
+raw SQL) is chained and no caller can pick its own position. The digest format is frozen here:
+memory.audit_chain recomputes the same values in Python to verify them, so a change of format is
+a new migration (and a new version string), never an edit of this one.
+"""
+
+import django.db.models.deletion
+import django.db.models.manager
+from django.conf import settings
+from django.db import migrations, models
+
+from tenants.db_roles import TenantRowLevelSecurity
+
+# '~' for NULL, else '<length>:<value>': no field can run into the next one.
+CHAIN_FUNCTIONS = r"""
+CREATE FUNCTION ekko_audit_field(value text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN value IS NULL THEN '~' ELSE length(value)::text || ':' || value END
+$$;
+
+CREATE FUNCTION ekko_audit_content_digest(salt text, reason text, payload jsonb) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT encode(sha256(convert_to(
+        ekko_audit_field(salt) || ekko_audit_field(reason) || ekko_audit_field(payload::text), 'UTF8')), 'hex')
+$$;
+
+CREATE FUNCTION ekko_audit_digest(e memory_memoryauditevent) RETURNS text LANGUAGE sql STABLE AS $$
+    SELECT encode(sha256(convert_to(
+        ekko_audit_field('ekko-audit-v1')
+        || ekko_audit_field(e.tenant_id::text)
+        || ekko_audit_field(e.sequence::text)
+        || ekko_audit_field(e.previous_digest)
+        || ekko_audit_field(e.id::text)
+        || ekko_audit_field(e.event_type)
+        || ekko_audit_field(e.node_id::text)
+        || ekko_audit_field(e.workspace_id::text)
+        || ekko_audit_field(e.session_id)
+        || ekko_audit_field(e.actor)
+        || ekko_audit_field(((extract(epoch FROM e.created_at) * 1000000)::bigint)::text)
+        || ekko_audit_field(e.content_digest), 'UTF8')), 'hex')
+$$;
+
+CREATE FUNCTION ekko_audit_salt() RETURNS text LANGUAGE sql VOLATILE AS $$
+    SELECT replace(gen_random_uuid()::text, '-', '')
+$$;
+"""
+
+DROP_CHAIN_FUNCTIONS = """
+DROP FUNCTION IF EXISTS ekko_audit_salt();
+DROP FUNCTION IF EXISTS ekko_audit_digest(memory_memoryauditevent);
+DROP FUNCTION IF EXISTS ekko_audit_content_digest(text, text, jsonb);
+DROP FUNCTION IF EXISTS ekko_audit_field(text);
+"""
+
+# Defect 7 for rows written before this migration: events of hard-forgotten nodes kept their
+# reason (and sometimes payload). Erase that content, then chain every tenant's events in
+# (created_at, id) order. The owner may be subject to forced RLS outside the embedded database.
+BACKFILL = r"""
+SELECT set_config('ekko.all_tenants', 'on', true);
+
+UPDATE memory_memoryauditevent e SET reason = '', payload = NULL, content_salt = '-'
+WHERE e.node_id IN (SELECT h.node_id FROM memory_memoryauditevent h
+                    WHERE h.event_type = 'delete' AND h.payload ->> 'mode' = 'hard' AND h.tenant_id = e.tenant_id)
+  AND NOT (e.event_type = 'delete' AND e.payload ->> 'mode' = 'hard');
+UPDATE memory_memoryauditevent SET reason = '' WHERE event_type = 'delete' AND payload ->> 'mode' = 'hard';
+
+DO $$
+DECLARE
+    r record;
+    current_tenant bigint := NULL;
+    seq_no bigint := 0;
+    previous text;
+    salt text;
+BEGIN
+    FOR r IN SELECT id, tenant_id, content_salt FROM memory_memoryauditevent ORDER BY tenant_id, created_at, id LOOP
+        IF current_tenant IS DISTINCT FROM r.tenant_id THEN
+            current_tenant := r.tenant_id;
+            seq_no := 0;
+            previous := repeat('0', 64);
+        END IF;
+        seq_no := seq_no + 1;
+        -- Rows just erased (marked '-') keep no salt: their content is gone for good.
+        salt := CASE WHEN r.content_salt = '-' THEN '' ELSE ekko_audit_salt() END;
+        UPDATE memory_memoryauditevent
+        SET sequence = seq_no, previous_digest = previous, content_salt = salt,
+            content_digest = ekko_audit_content_digest(salt, reason, payload)
+        WHERE id = r.id;
+        UPDATE memory_memoryauditevent e SET digest = ekko_audit_digest(e) WHERE e.id = r.id
+        RETURNING e.digest INTO previous;
+    END LOOP;
+END
+$$;
+"""
+
+# Appends for one tenant serialize on a transaction-level advisory lock (held to commit), so two
+# writers can never take the same position or chain onto a head the other one replaces.
+CHAIN_TRIGGERS = r"""
+CREATE FUNCTION ekko_audit_chain_append() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    head_sequence bigint;
+    head_digest text;
+BEGIN
+    PERFORM pg_advisory_xact_lock(1162562383, (NEW.tenant_id % 2147483647)::int);
+    SELECT sequence, digest INTO head_sequence, head_digest FROM memory_memoryauditevent
+    WHERE tenant_id = NEW.tenant_id ORDER BY sequence DESC LIMIT 1;
+    NEW.sequence := coalesce(head_sequence, 0) + 1;
+    NEW.previous_digest := coalesce(head_digest, repeat('0', 64));
+    NEW.content_salt := ekko_audit_salt();
+    NEW.content_digest := ekko_audit_content_digest(NEW.content_salt, NEW.reason, NEW.payload);
+    NEW.digest := ekko_audit_digest(NEW);
+    RETURN NEW;
+END
+$$;
+
+-- Tamper resistance for the application role (it cannot disable triggers): the chain fields and
+-- what they cover never change; only the content may be erased, and a salt only cleared.
+CREATE FUNCTION ekko_audit_chain_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF (NEW.id, NEW.tenant_id, NEW.sequence, NEW.previous_digest, NEW.content_digest, NEW.digest,
+        NEW.event_type, NEW.node_id, NEW.workspace_id, NEW.session_id, NEW.actor, NEW.created_at)
+       IS DISTINCT FROM
+       (OLD.id, OLD.tenant_id, OLD.sequence, OLD.previous_digest, OLD.content_digest, OLD.digest,
+        OLD.event_type, OLD.node_id, OLD.workspace_id, OLD.session_id, OLD.actor, OLD.created_at) THEN
+        RAISE EXCEPTION 'audit events are append-only: only their reason and payload may be erased'
+            USING ERRCODE = 'restrict_violation';
+    END IF;
+    IF NEW.content_salt IS DISTINCT FROM OLD.content_salt AND NEW.content_salt <> '' THEN
+        RAISE EXCEPTION 'an audit event''s content salt can only be erased' USING ERRCODE = 'restrict_violation';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+CREATE TRIGGER ekko_audit_chain_append BEFORE INSERT ON memory_memoryauditevent
+    FOR EACH ROW EXECUTE FUNCTION ekko_audit_chain_append();
+CREATE TRIGGER ekko_audit_chain_guard BEFORE UPDATE ON memory_memoryauditevent
+    FOR EACH ROW EXECUTE FUNCTION ekko_audit_chain_guard();
+"""
+
+DROP_CHAIN_TRIGGERS = """
+DROP TRIGGER IF EXISTS ekko_audit_chain_guard ON memory_memoryauditevent;
+DROP TRIGGER IF EXISTS ekko_audit_chain_append ON memory_memoryauditevent;
+DROP FUNCTION IF EXISTS ekko_audit_chain_guard();
+DROP FUNCTION IF EXISTS ekko_audit_chain_append();
+"""
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ('memory', '0005_node_kind_index'),
+        ('tenants', '0002_row_level_security'),
+        migrations.swappable_dependency(settings.AUTH_USER_MODEL),
+    ]
+
+    operations = [
+        migrations.CreateModel(
+            name='MemoryReadEvent',
+            fields=[
+                ('id', models.BigAutoField(primary_key=True, serialize=False)),
+                ('node_id', models.UUIDField()),
+                ('actor', models.CharField(help_text='api_key:<prefix> or user:<username>', max_length=200)),
+                ('endpoint', models.CharField(choices=[('memory/search', 'Memory Search'), ('memory/get', 'Memory Get'), ('memory/nodes/{id}', 'Memory Node'), ('context', 'Context'), ('history', 'History'), ('pages', 'Pages'), ('other', 'Other')], max_length=32)),
+                ('created_at', models.DateTimeField()),
+            ],
+            managers=[
+                ('objects', django.db.models.manager.Manager()),
+                ('all_tenants', django.db.models.manager.Manager()),
+            ],
+        ),
+        migrations.AddField(
+            model_name='memoryauditevent',
+            name='content_digest',
+            field=models.CharField(db_default='', editable=False, max_length=64),
+        ),
+        migrations.AddField(
+            model_name='memoryauditevent',
+            name='content_salt',
+            field=models.CharField(db_default='', editable=False, help_text='Random per event; erased with the content.', max_length=32),
+        ),
+        migrations.AddField(
+            model_name='memoryauditevent',
+            name='digest',
+            field=models.CharField(db_default='', editable=False, max_length=64),
+        ),
+        migrations.AddField(
+            model_name='memoryauditevent',
+            name='previous_digest',
+            field=models.CharField(db_default='', editable=False, max_length=64),
+        ),
+        migrations.AddField(
+            model_name='memoryauditevent',
+            name='sequence',
+            field=models.BigIntegerField(db_default=0, editable=False, help_text='Position in the tenant chain.'),
+        ),
+        migrations.AlterField(
+            model_name='memoryauditevent',
+            name='event_type',
+            field=models.CharField(choices=[('create', 'Create'), ('update', 'Update'), ('supersede', 'Supersede'), ('expire', 'Expire'), ('delete', 'Delete'), ('restore', 'Restore'), ('erase', 'Erase')], max_length=16),
+        ),
+        migrations.RunSQL(CHAIN_FUNCTIONS, DROP_CHAIN_FUNCTIONS),
+        migrations.RunSQL(BACKFILL, migrations.RunSQL.noop),
+        migrations.AddConstraint(
+            model_name='memoryauditevent',
+            constraint=models.UniqueConstraint(fields=('tenant', 'sequence'), name='audit_tenant_sequence_uniq'),
+        ),
+        migrations.RunSQL(CHAIN_TRIGGERS, DROP_CHAIN_TRIGGERS),
+        migrations.AddField(
+            model_name='memoryreadevent',
+            name='api_key',
+            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='tenants.apikey'),
+        ),
+        migrations.AddField(
+            model_name='memoryreadevent',
+            name='tenant',
+            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant'),
+        ),
+        migrations.AddField(
+            model_name='memoryreadevent',
+            name='user',
+            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL),
+        ),
+        migrations.AddIndex(
+            model_name='memoryreadevent',
+            index=models.Index(fields=['tenant', 'node_id', 'created_at'], name='read_node_time_idx'),
+        ),
+        migrations.AddIndex(
+            model_name='memoryreadevent',
+            index=models.Index(fields=['tenant', 'created_at'], name='read_tenant_time_idx'),
+        ),
+        migrations.AddIndex(
+            model_name='memoryreadevent',
+            index=models.Index(fields=['tenant', 'actor', 'created_at'], name='read_actor_time_idx'),
+        ),
+        TenantRowLevelSecurity('memory_memoryreadevent'),
+    ]
