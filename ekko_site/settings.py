@@ -239,6 +239,8 @@ EKKO_EXTRACT_RETRY_BASE_SECONDS = env_int("EKKO_EXTRACT_RETRY_BASE_SECONDS", 30)
 EKKO_EXTRACT_RETRY_MAX_SECONDS = env_int("EKKO_EXTRACT_RETRY_MAX_SECONDS", 3600)
 EKKO_EXTRACT_STALE_SECONDS = env_int("EKKO_EXTRACT_STALE_SECONDS", 600)
 EKKO_SUMMARY_EVERY_MESSAGES = env_int("EKKO_SUMMARY_EVERY_MESSAGES", 20)
+# Read audit (memory/services/reads.py): who read which card is kept this many days.
+EKKO_READ_AUDIT_DAYS = env_int("EKKO_READ_AUDIT_DAYS", 30)
 
 LOGGING = {
     "version": 1,
@@ -306,4 +308,5 @@ CELERY_BEAT_SCHEDULE = {
     "expire-nodes": {"task": "memory.expire_nodes", "schedule": 300.0},
     "retry-extractions": {"task": "memory.retry_extractions", "schedule": 60.0},
     "embed-missing": {"task": "memory.embed_missing", "schedule": 300.0},
+    "sweep-read-audit": {"task": "memory.sweep_read_audit", "schedule": 3600.0},
 }

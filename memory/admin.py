@@ -17,7 +17,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
-from memory.models import MemoryAuditEvent, MemoryNode
+from memory.models import MemoryAuditEvent, MemoryNode, MemoryReadEvent
 from tenants.admin import AllTenantsAdmin
 
 ACTOR_CHOICES_FROM_LATEST = 10_000
@@ -120,7 +120,7 @@ class ActorFilter(admin.SimpleListFilter):
     parameter_name = "actor"
 
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
-        events = MemoryAuditEvent.all_tenants.all()
+        events = model_admin.model.all_tenants.all()
         tenant = request.GET.get("tenant__id__exact")
         if tenant and tenant.isdigit():
             events = events.filter(tenant_id=int(tenant))
@@ -133,7 +133,8 @@ class ActorFilter(admin.SimpleListFilter):
 
 @admin.register(MemoryAuditEvent)
 class MemoryAuditEventAdmin(ReadOnlyAdmin):
-    list_display = ["created_at", "event_type", "actor", "node_link", "tenant", "workspace", "short_reason"]
+    list_display = ["created_at", "sequence", "event_type", "actor", "node_link", "tenant", "workspace",
+                    "short_reason"]
     list_filter = ["tenant", "event_type", ActorFilter, ("created_at", admin.DateFieldListFilter)]
     search_fields = ["actor", "reason", "=node_id", "=session_id"]
     date_hierarchy = "created_at"
@@ -150,6 +151,10 @@ class MemoryAuditEventAdmin(ReadOnlyAdmin):
         "session_id",
         "reason",
         "pretty_payload",
+        "sequence",
+        "previous_digest",
+        "content_digest",
+        "digest",
     ]
     readonly_fields = fields
 
@@ -191,3 +196,25 @@ class MemoryAuditEventAdmin(ReadOnlyAdmin):
         if event.payload is None:
             return "—"
         return format_html("<pre>{}</pre>", json.dumps(event.payload, ensure_ascii=False, indent=2))
+
+
+@admin.register(MemoryReadEvent)
+class MemoryReadEventAdmin(ReadOnlyAdmin):
+    """The read audit: which API key or person was handed which card, when, through which endpoint."""
+
+    list_display = ["created_at", "actor", "endpoint", "node_link", "tenant"]
+    list_filter = ["tenant", ActorFilter, "endpoint", ("created_at", admin.DateFieldListFilter)]
+    search_fields = ["=actor", "=node_id"]
+    date_hierarchy = "created_at"
+    ordering = ["-created_at", "-id"]
+    show_full_result_count = False
+    fields = ["created_at", "tenant", "actor", "user", "api_key", "endpoint", "node_link"]
+    readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return super().get_queryset(request).select_related("user", "api_key")
+
+    @admin.display(description=_("node"), ordering="node_id")
+    def node_link(self, read: MemoryReadEvent) -> str:
+        return format_html('<a href="{}"><code>{}</code></a>', events_url(node_id=read.node_id),
+                           str(read.node_id)[:8])

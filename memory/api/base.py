@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 
 from memory.access import Principal, principal_for_api_key, principal_for_user, viewer_for
 from memory.api.auth import ApiKeyAuthentication, KeyRateThrottle
+from memory.api.reads import ReadAuditMixin
 from memory.errors import Forbidden, TooLarge
 from memory.models import MemoryNode
 from memory.presenters import node_to_api
@@ -28,7 +29,7 @@ class IsTenantCaller(permissions.BasePermission):
         return isinstance(request.auth, ApiKey) or bool(request.user and request.user.is_authenticated)
 
 
-class MemoryApiView(APIView):
+class MemoryApiView(ReadAuditMixin, APIView):
     authentication_classes = [ApiKeyAuthentication, SessionAuthentication]
     permission_classes = [IsTenantCaller]
     throttle_classes = [KeyRateThrottle]
@@ -62,4 +63,5 @@ class MemoryApiView(APIView):
     def nodes_json(self, nodes: list[MemoryNode]) -> list[dict]:
         """Render cards with their successor ids in one extra query."""
         successors = superseded_by_ids(tenant=self.principal.tenant, node_ids=[n.pk for n in nodes])
+        self.note_reads(nodes)
         return [node_to_api(node, superseded_by_id=successors.get(node.pk)) for node in nodes]

@@ -53,3 +53,17 @@ def embed_missing() -> int:
     from memory.services.embeddings import embed_missing as sweep
 
     return sweep()
+
+
+@shared_task(name="memory.record_reads", acks_late=True, max_retries=5, default_retry_delay=10)
+def record_reads(batch: dict) -> int:
+    from memory.services.reads import node_reads_write
+
+    return node_reads_write(**batch)
+
+
+@shared_task(name="memory.sweep_read_audit")
+def sweep_read_audit() -> int:
+    from memory.services.reads import read_events_sweep
+
+    return read_events_sweep()

@@ -21,6 +21,7 @@ from django_htmx.http import HttpResponseClientRedirect, reswap, retarget
 from memory import selectors as memory_selectors
 from memory.errors import MemoryServiceError, NotFound, RevisionConflict
 from memory.models import MemoryNode, NodeStatus
+from memory.pages import audit as page_audit
 from memory.pages import forms, labels
 from memory.pages import selectors as pages
 from memory.pages.access import PageAccess, tenant_page, wants_fragment
@@ -135,6 +136,7 @@ def _detail_context(access: PageAccess, node: MemoryNode, **extra: Any) -> dict[
         ],
         "created": created,
         "created_actor": labels.actor_label(created.actor) if created else "",
+        "readers": page_audit.card_readers(access.viewer, node),
         **extra,
     }
 
@@ -143,6 +145,7 @@ def _detail_context(access: PageAccess, node: MemoryNode, **extra: Any) -> dict[
 @tenant_page
 def memory_detail(request: HttpRequest, access: PageAccess, node_id: UUID) -> HttpResponse:
     node = memory_selectors.node_get(viewer=access.viewer, node_id=node_id)
+    page_audit.card_page_read(access.viewer, node)
     context = _detail_context(access, node)
     if wants_fragment(request):
         return render(request, "pages/memory_detail.html#detail", context)
