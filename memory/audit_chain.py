@@ -21,6 +21,7 @@ from uuid import UUID
 
 from django.db import connection
 
+from memory.models import AuditChainHead
 from tenants.context import tenant_context
 from tenants.models import Tenant
 
@@ -159,5 +160,19 @@ def audit_chain_verify(*, tenant: Tenant, progress: Callable[[int], None] | None
             sequence=sequence, event_id=event_id,
             problem="content was erased but no hard forget of its memory follows in the chain",
         )
+        return report
+    head = _stored_head(tenant)
+    if head != (report.events, report.head_digest) and not (head is None and report.events == 0):
+        report.first_break = ChainBreak(
+            sequence=report.events + 1, event_id="-",
+            problem=f"the chain head records {head[0] if head else 'no'} events: the last ones were deleted"
+            if head is None or head[0] > report.events else "the chain head does not match the last event",
+        )
     return report
+
+
+def _stored_head(tenant: Tenant) -> tuple[int, str] | None:
+    with tenant_context(tenant):
+        head = AuditChainHead.objects.filter(tenant=tenant).values_list("sequence", "digest").first()
+    return tuple(head) if head is not None else None
 

@@ -253,6 +253,16 @@ class MemoryAuditEvent(TenantOwnedModel):
         ordering = ["created_at"]
 
 
+class AuditChainHead(TenantOwnedModel):
+    """The end of a tenant's audit chain, kept by the insert trigger so an append never scans the chain."""
+
+    sequence = models.BigIntegerField(default=0)
+    digest = models.CharField(max_length=64)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant"], name="audit_head_tenant_uniq")]
+
+
 class ReadEndpoint(models.TextChoices):
     MEMORY_SEARCH = "memory/search"
     MEMORY_GET = "memory/get"

@@ -176,3 +176,28 @@ def test_concurrent_writers_never_fork_the_chain(tenant_a):
     assert not errors
     report = audit_chain_verify(tenant=tenant_a)
     assert (report.intact, report.events) == (True, 16)
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "owner"])
+def test_deleting_the_last_events_is_reported_against_the_chain_head(client, tenant_a):
+    _cards(client, tenant_a, "alice")
+    events = _events(tenant_a)
+    _owner_sql("DELETE FROM memory_memoryauditevent WHERE tenant_id = %s AND sequence >= %s",
+               [tenant_a.pk, len(events) - 1])
+    output = _verify_fails("tenant-a")
+    assert f"BROKEN at sequence {len(events) - 1}" in output
+    assert f"the chain head records {len(events)} events: the last ones were deleted" in output
+
+
+@pytest.mark.django_db
+def test_a_long_batch_in_one_statement_is_chained_in_order(tenant_a):
+    with tenant_context(tenant_a):
+        MemoryAuditEvent.objects.bulk_create([
+            MemoryAuditEvent(tenant=tenant_a, event_type="create", actor="system", reason=f"r{index}",
+                             payload={"n": index}, created_at="2026-01-01T00:00:00Z")
+            for index in range(300)
+        ], batch_size=120)
+    events = _events(tenant_a)
+    assert [e.reason for e in events] == [f"r{index}" for index in range(300)]
+    report = audit_chain_verify(tenant=tenant_a, batch_size=64)
+    assert (report.intact, report.events) == (True, 300)

@@ -91,25 +91,55 @@ BEGIN
     END LOOP;
 END
 $$;
+
+INSERT INTO memory_auditchainhead (tenant_id, sequence, digest)
+SELECT DISTINCT ON (tenant_id) tenant_id, sequence, digest FROM memory_memoryauditevent
+ORDER BY tenant_id, sequence DESC;
 """
 
 # Appends for one tenant serialize on a transaction-level advisory lock (held to commit), so two
-# writers can never take the same position or chain onto a head the other one replaces.
+# writers can never take the same position or chain onto a head the other one replaces. The head
+# is read from memory_auditchainhead once per transaction, then carried in a transaction-local
+# setting, and written back once per statement: an append costs the same whatever the chain's
+# length, the table statistics or the batch size (updating one row per insert would leave a
+# chain of row versions that every later update of the same transaction walks).
 CHAIN_TRIGGERS = r"""
 CREATE FUNCTION ekko_audit_chain_append() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
+    setting text := 'ekko.audit_head_' || NEW.tenant_id;
+    cached text;
     head_sequence bigint;
     head_digest text;
 BEGIN
     PERFORM pg_advisory_xact_lock(1162562383, (NEW.tenant_id % 2147483647)::int);
-    SELECT sequence, digest INTO head_sequence, head_digest FROM memory_memoryauditevent
-    WHERE tenant_id = NEW.tenant_id ORDER BY sequence DESC LIMIT 1;
-    NEW.sequence := coalesce(head_sequence, 0) + 1;
-    NEW.previous_digest := coalesce(head_digest, repeat('0', 64));
+    cached := current_setting(setting, true);
+    IF coalesce(cached, '') = '' THEN
+        SELECT sequence, digest INTO head_sequence, head_digest FROM memory_auditchainhead
+        WHERE tenant_id = NEW.tenant_id;
+        IF NOT FOUND THEN
+            head_sequence := 0;
+            head_digest := repeat('0', 64);
+        END IF;
+    ELSE
+        head_sequence := split_part(cached, ':', 1)::bigint;
+        head_digest := split_part(cached, ':', 2);
+    END IF;
+    NEW.sequence := head_sequence + 1;
+    NEW.previous_digest := head_digest;
     NEW.content_salt := ekko_audit_salt();
     NEW.content_digest := ekko_audit_content_digest(NEW.content_salt, NEW.reason, NEW.payload);
     NEW.digest := ekko_audit_digest(NEW);
+    PERFORM set_config(setting, NEW.sequence || ':' || NEW.digest, true);
     RETURN NEW;
+END
+$$;
+
+CREATE FUNCTION ekko_audit_chain_head() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO memory_auditchainhead (tenant_id, sequence, digest)
+    SELECT DISTINCT ON (tenant_id) tenant_id, sequence, digest FROM appended ORDER BY tenant_id, sequence DESC
+    ON CONFLICT (tenant_id) DO UPDATE SET sequence = EXCLUDED.sequence, digest = EXCLUDED.digest;
+    RETURN NULL;
 END
 $$;
 
@@ -136,11 +166,15 @@ CREATE TRIGGER ekko_audit_chain_append BEFORE INSERT ON memory_memoryauditevent
     FOR EACH ROW EXECUTE FUNCTION ekko_audit_chain_append();
 CREATE TRIGGER ekko_audit_chain_guard BEFORE UPDATE ON memory_memoryauditevent
     FOR EACH ROW EXECUTE FUNCTION ekko_audit_chain_guard();
+CREATE TRIGGER ekko_audit_chain_head AFTER INSERT ON memory_memoryauditevent
+    REFERENCING NEW TABLE AS appended FOR EACH STATEMENT EXECUTE FUNCTION ekko_audit_chain_head();
 """
 
 DROP_CHAIN_TRIGGERS = """
+DROP TRIGGER IF EXISTS ekko_audit_chain_head ON memory_memoryauditevent;
 DROP TRIGGER IF EXISTS ekko_audit_chain_guard ON memory_memoryauditevent;
 DROP TRIGGER IF EXISTS ekko_audit_chain_append ON memory_memoryauditevent;
+DROP FUNCTION IF EXISTS ekko_audit_chain_head();
 DROP FUNCTION IF EXISTS ekko_audit_chain_guard();
 DROP FUNCTION IF EXISTS ekko_audit_chain_append();
 """
@@ -155,6 +189,23 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.CreateModel(
+            name='AuditChainHead',
+            fields=[
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('sequence', models.BigIntegerField(default=0)),
+                ('digest', models.CharField(max_length=64)),
+                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenants.tenant')),
+            ],
+            options={
+                'constraints': [models.UniqueConstraint(fields=('tenant',), name='audit_head_tenant_uniq')],
+            },
+            managers=[
+                ('objects', django.db.models.manager.Manager()),
+                ('all_tenants', django.db.models.manager.Manager()),
+            ],
+        ),
+        TenantRowLevelSecurity('memory_auditchainhead'),
         migrations.CreateModel(
             name='MemoryReadEvent',
             fields=[
