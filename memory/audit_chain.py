@@ -1,71 +1,30 @@
-"""The tenant audit chain: its digest format, the lock writers share, and the walk that verifies it.
+"""Verifying the tenant audit chain: the walk behind `manage.py verify_audit`.
 
 Each tenant's audit events form a hash chain. The database assigns an event's place on insert
 (trigger `ekko_audit_chain_append`, migration memory/0006): the next `sequence`, the previous
-event's digest, a random `content_salt`, `content_digest` = SHA-256 over (salt, reason, payload)
-and `digest` = SHA-256 over the previous digest, the event's content-free fields and its content
-digest. A hard forget erases an event's reason and payload together with its salt: the content
-digest stays (so the chain still verifies) and, without the salt, it cannot be used to confirm a
-guess of the erased text. This module recomputes every value in Python, independently of the SQL
-that wrote them, and reports the first event where the two disagree.
-
-Imports: Django's connection and the tenant context only; no service imports it except to lock.
+event's digest, a random `content_salt`, the salted `content_digest` of its reason and payload,
+and its chain `digest` (memory.rules.audit_digest). A hard forget erases an event's reason and
+payload together with the salt: the content digest stays, so the chain still verifies, and
+without the salt it cannot confirm a guess of the erased text. This walk recomputes every value
+in Python, independently of the SQL that wrote them, and reports the first event where they
+disagree; it also checks the erased events (each must be followed by the hard forget of its card)
+and the stored chain head (deleting the last events shows there).
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from uuid import UUID
 
 from django.db import connection
 
 from memory.models import AuditChainHead
+from memory.rules.audit_digest import GENESIS, content_digest, event_digest
 from tenants.context import tenant_context
 from tenants.models import Tenant
 
-GENESIS = "0" * 64
-VERSION = "ekko-audit-v1"
-# The first key of the advisory lock the insert trigger takes (with the tenant id as the second).
-LOCK_CLASS = 1162562383
 HARD_DELETE_TYPES = ("delete", "erase")
 BATCH_SIZE = 5000
-
-
-def _field(value: str | None) -> str:
-    return "~" if value is None else f"{len(value)}:{value}"
-
-
-def content_digest(*, salt: str, reason: str, payload_text: str | None) -> str:
-    """Return the salted digest of an event's content (`payload_text` is PostgreSQL's jsonb text)."""
-    material = _field(salt) + _field(reason) + _field(payload_text)
-    return hashlib.sha256(material.encode()).hexdigest()
-
-
-def _optional(value: object) -> str | None:
-    return None if value is None else str(value)
-
-
-def event_digest(*, tenant_id: int, sequence: int, previous_digest: str, event_id: UUID | str,
-                 event_type: str, node_id: UUID | str | None, workspace_id: int | None,
-                 session_id: str | None, actor: str, created_at_us: int, content_digest: str) -> str:
-    """Return an event's chain digest: it covers the previous digest and the content-free fields."""
-    parts = [VERSION, str(tenant_id), str(sequence), previous_digest, str(event_id), event_type,
-             _optional(node_id), _optional(workspace_id), session_id, actor, str(created_at_us),
-             content_digest]
-    return hashlib.sha256("".join(_field(part) for part in parts).encode()).hexdigest()
-
-
-def audit_chain_lock(*, tenant: Tenant | int) -> None:
-    """Take the tenant's chain lock now (held to commit), before any row lock, so writers never deadlock.
-
-    The insert trigger takes the same lock; a write transaction that locks rows first and then
-    appends an event could otherwise wait on a writer that waits on its rows.
-    """
-    tenant_id = tenant if isinstance(tenant, int) else tenant.pk
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s, (%s %% 2147483647)::int)", [LOCK_CLASS, tenant_id])
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import DatabaseError, connection, connections
 
-from memory.audit_chain import GENESIS, audit_chain_verify
+from memory.audit_chain import audit_chain_verify
 from memory.models import MemoryAuditEvent
+from memory.rules.audit_digest import GENESIS
 from memory.services.nodes import node_write_batch
 from memory.visibility import Viewer
 from tenants.context import tenant_context

@@ -123,7 +123,7 @@ def test_the_card_page_says_who_read_it_this_week(api, cards, client, tenant_a, 
     with after_commit():
         for _ in range(3):
             api.get(f"memory/nodes/{cards[0]}")
-    client.login(username="alice", password="pw-for-tests-1")
+    client.force_login(get_user_model().objects.get(username="alice"))
     with after_commit():
         page = client.get(f"/memories/{cards[0]}/")
     assert page.status_code == 200
@@ -141,8 +141,7 @@ def test_admin_filters_reads_by_tenant_actor_endpoint_and_date(api, cards, clien
         api.post("memory/get", {"key": "avoid_ingredient:香菜", "userId": "alice"})
     node_reads_write(tenant_id=tenant_b.pk, node_ids=[cards[1]], endpoint="context", actor="api_key:other",
                      user_id=None, api_key_id=None, read_at=timezone.now().isoformat())
-    get_user_model().objects.create_superuser("ops", "ops@example.com", "ops-password-1")
-    client.login(username="ops", password="ops-password-1")
+    client.force_login(get_user_model().objects.create_superuser("ops", "ops@example.com", "ops-password-1"))
     base = "/admin/memory/memoryreadevent/"
     everything = client.get(base)
     assert everything.status_code == 200 and everything.context["cl"].result_count == 3

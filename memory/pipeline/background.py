@@ -51,8 +51,18 @@ def _maybe_extract(tenant_id: int, workspace_id: int, session_id: str, message_p
                              message_pks=message_pks)
 
 
+def after_nodes_read(sender: Any, *, batch: dict, **kwargs: Any) -> None:
+    """Queue one read-audit batch; with the broker unreachable, write it now (a read is never lost)."""
+    from memory.pipeline import tasks
+    from memory.services.reads import node_reads_write
+
+    if not enqueue(tasks.record_reads, batch):
+        node_reads_write(**batch)
+
+
 def connect_receivers() -> None:
     """Hook the receivers to the services' signals (idempotent: dispatch uids)."""
     events.nodes_written.connect(after_nodes_written, dispatch_uid="memory.pipeline.after_nodes_written")
     events.messages_captured.connect(after_messages_captured,
                                      dispatch_uid="memory.pipeline.after_messages_captured")
+    events.nodes_read.connect(after_nodes_read, dispatch_uid="memory.pipeline.after_nodes_read")

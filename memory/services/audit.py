@@ -3,7 +3,8 @@
 Every mutation of a memory node records who (actor, user), what (event type, node) and why
 (reason, payload) in the same transaction as the change. Writers that save rows one by one call
 `audit_event_record`; bulk writers build unsaved events with `audit_event_build` and
-`bulk_create` them, so both paths produce the same rows.
+`bulk_create` them, so both paths produce the same rows. The database chains every event on
+insert (memory.audit_chain); `audit_chain_lock` lets a writer take the chain's lock first.
 """
 
 from __future__ import annotations
@@ -12,11 +13,27 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from django.db import connection
 from django.utils import timezone
 
 from memory.models import MemoryAuditEvent, MemoryNode
 from memory.visibility import Viewer
 from tenants.models import Tenant
+
+# The first key of the advisory lock the chain's insert trigger takes (the tenant id is the second).
+AUDIT_CHAIN_LOCK = 1162562383
+
+
+def audit_chain_lock(*, tenant: Tenant | int) -> None:
+    """Take the tenant's audit-chain lock now (held to commit), before the writer locks any row.
+
+    The insert trigger takes the same lock at the first event; a writer that has locked rows by
+    then could wait on a writer that holds the chain and waits for those rows (a deadlock).
+    """
+    tenant_id = tenant if isinstance(tenant, int) else tenant.pk
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, (%s %% 2147483647)::int)",
+                       [AUDIT_CHAIN_LOCK, tenant_id])
 
 
 def audit_event_build(

@@ -1,4 +1,4 @@
-"""What the services announce once their transaction has committed: nodes written, messages captured.
+"""What the services announce once their transaction has committed: nodes written, messages captured, read.
 
 The services never import the pipeline (it imports them), so follow-up work is announced as Django
 signals sent from `transaction.on_commit`; `memory.pipeline.background` connects the receivers that
@@ -19,6 +19,8 @@ from memory.models import MemoryMessage, MemoryNode
 nodes_written = Signal()
 # Receivers get `tenant_id`, `workspace_id`, `session_id` and `message_pks` (new rows only).
 messages_captured = Signal()
+# Receivers get `batch`: the keyword arguments of memory.services.reads.node_reads_write.
+nodes_read = Signal()
 
 
 def nodes_written_announce(*, tenant_id: int, node_ids: Iterable[UUID]) -> None:
@@ -37,3 +39,8 @@ def messages_captured_announce(*, tenant_id: int, workspace_id: int, session_id:
         transaction.on_commit(lambda: messages_captured.send(
             sender=MemoryMessage, tenant_id=tenant_id, workspace_id=workspace_id, session_id=session_id,
             message_pks=pks))
+
+
+def nodes_read_announce(*, batch: dict) -> None:
+    """Send `nodes_read` with one read-audit batch after the current transaction commits."""
+    transaction.on_commit(lambda: nodes_read.send(sender=MemoryNode, batch=batch))

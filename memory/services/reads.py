@@ -1,9 +1,10 @@
 """The read audit: which caller (API key or person) was handed which card, when, through which endpoint.
 
-A request that hands out cards queues one batch after it commits (`node_reads_record`): a Celery
-task in production, run in-process without a broker, and written at once if the broker cannot be
-reached, so a read is never lost and never costs an insert per card on the request path. Rows
-are kept `settings.EKKO_READ_AUDIT_DAYS` days; the beat sweep `read_events_sweep` deletes older ones.
+A request that hands out cards announces one batch after it commits (`node_reads_record`, signal
+`events.nodes_read`); memory.pipeline.background queues it as a Celery task (run in-process
+without a broker) and writes it at once when the broker cannot be reached, so a read is never lost
+and never costs an insert per card on the request path. Rows are kept `EKKO_READ_AUDIT_DAYS` days;
+the beat sweep `read_events_sweep` deletes older ones.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from memory.models import MemoryReadEvent, ReadEndpoint
+from memory.services.events import nodes_read_announce
 from tenants.context import tenant_context
 from tenants.models import ApiKey, Tenant
 
@@ -36,14 +37,7 @@ def node_reads_record(*, tenant: Tenant, node_ids: Iterable[UUID | str], endpoin
         "actor": actor, "user_id": user_id, "api_key_id": api_key.pk if api_key is not None else None,
         "read_at": timezone.now().isoformat(),
     }
-    transaction.on_commit(lambda: _queue(batch))
-
-
-def _queue(batch: dict) -> None:
-    from memory.pipeline import background, tasks
-
-    if not background.enqueue(tasks.record_reads, batch):
-        node_reads_write(**batch)
+    nodes_read_announce(batch=batch)
 
 
 def node_reads_write(*, tenant_id: int, node_ids: list[str], endpoint: str, actor: str, user_id: int | None,
