@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memory.models import MemoryAuditEvent, MemoryMessage, MemoryNode, MemorySummary
+
+if TYPE_CHECKING:
+    from memory.services.forget import ForgetResult
 
 
 def iso(value: datetime | None) -> str | None:
@@ -102,3 +105,13 @@ def audit_event_to_api(event: MemoryAuditEvent) -> dict[str, Any]:
 
 def _str_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+def forget_result_to_api(result: ForgetResult, *, mode: str) -> dict[str, Any]:
+    """Return the `memory/forget` answer: the forgotten ids and, for a hard forget, the erasure receipt."""
+    answer: dict[str, Any] = {"deletedIds": [str(pk) for pk in result.forgotten], "mode": mode}
+    if result.receipt is not None:
+        answer["derivedIds"] = [str(pk) for pk in result.derived]
+        answer["receipt"] = {"id": str(result.receipt.id), "removed": result.receipt.removed,
+                             "createdAt": iso(result.receipt.created_at), "digest": result.receipt.digest}
+    return answer

@@ -325,6 +325,9 @@ class MemoryForgetSerializer(ValueJsonMixin, serializers.Serializer):
     key = serializers.CharField(max_length=255, required=False)
     valueJson = serializers.JSONField(required=False, allow_null=True, source="value_json")
     mode = serializers.ChoiceField(choices=["soft", "hard"], default="soft")
+    purgeEvidence = serializers.BooleanField(
+        default=False, source="purge_evidence",
+        help_text="Hard mode only: also erase the cited messages and redact the summaries that cover them.")
     reason = serializers.CharField(max_length=2000)
     explicitUserIntent = serializers.BooleanField(source="explicit_user_intent")
     userId = serializers.CharField(max_length=150, required=False, allow_null=True, source="user_id")
@@ -332,9 +335,21 @@ class MemoryForgetSerializer(ValueJsonMixin, serializers.Serializer):
     sessionId = serializers.CharField(max_length=200, required=False, allow_null=True, source="session_id")
 
 
+class ErasureReceiptSerializer(serializers.Serializer):
+    id = serializers.UUIDField(help_text="The receipt's audit event (eventType `erase`).")
+    removed = serializers.DictField(child=serializers.IntegerField(),
+                                    help_text="Rows deleted or erased in place, per table (docs/erasure.md).")
+    createdAt = serializers.DateTimeField()
+    digest = serializers.CharField(help_text="The receipt event's digest in the tenant's audit chain.")
+
+
 class MemoryForgetResultSerializer(serializers.Serializer):
     deletedIds = serializers.ListField(child=serializers.UUIDField())
     mode = serializers.ChoiceField(choices=["soft", "hard"])
+    derivedIds = serializers.ListField(
+        child=serializers.UUIDField(), required=False,
+        help_text="Hard mode: cards the extractor derived from the same evidence, erased with them.")
+    receipt = ErasureReceiptSerializer(required=False, help_text="Hard mode: the erasure receipt.")
 
 
 # --- summaries ------------------------------------------------------------------------------------

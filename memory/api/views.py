@@ -18,7 +18,13 @@ from memory.api import serializers as s
 from memory.api.base import MemoryApiView
 from memory.api.tools import tool_definitions
 from memory.errors import Forbidden, TooLarge
-from memory.presenters import audit_event_to_api, iso, message_to_api, summary_to_api
+from memory.presenters import (
+    audit_event_to_api,
+    forget_result_to_api,
+    iso,
+    message_to_api,
+    summary_to_api,
+)
 from memory.search import retrieval
 from memory.search.context import build_context
 from memory.search.messages import search_messages
@@ -196,10 +202,10 @@ class MemoryForgetApi(MemoryApiView):
             reason=data["reason"], explicit_user_intent=data["explicit_user_intent"], mode=data["mode"],
             node_id=data.get("id"), expected_revision=data.get("expected_revision"),
             targets=tuple((t["id"], t["expected_revision"]) for t in data.get("targets") or []),
-            all=data["all"], selector=_selector(data, viewer),
+            all=data["all"], selector=_selector(data, viewer), purge_evidence=data["purge_evidence"],
         )
-        deleted = services.node_forget(viewer=viewer, request=forget)
-        return Response({"deletedIds": [str(pk) for pk in deleted], "mode": data["mode"]})
+        result = services.node_forget(viewer=viewer, request=forget)
+        return Response(forget_result_to_api(result, mode=data["mode"]))
 
 
 @method_decorator(transaction.non_atomic_requests, name="dispatch")

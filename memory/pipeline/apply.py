@@ -33,12 +33,13 @@ from memory.rules.kinds import KindSpec, resolve_kind
 from memory.rules.scope_policy import AGENT_WRITABLE_SCOPES
 from memory.selectors import parse_node_id
 from memory.services import BulkOutcome, NodeWrite, node_write_bulk
+from memory.services.audit import EXTRACTOR_ACTOR
 from memory.visibility import Viewer, accessible_nodes_q
 from tenants.models import Scope, Tenant, Workspace
 
 __all__ = ["SYSTEM_ACTOR", "RunInput", "plan_apply"]
 
-SYSTEM_ACTOR = "system:extractor"
+SYSTEM_ACTOR = EXTRACTOR_ACTOR
 SYSTEM_WRITE_SCOPES = frozenset(AGENT_WRITABLE_SCOPES)
 
 

@@ -2,8 +2,8 @@
 
 Soft forget keeps an audited `deleted` row that is never retrieved again; hard forget deletes the
 row (and with it the search index entry and vector) together with the older revisions of its
-chain, and blanks the content snapshots earlier audit events held. Restore brings a soft-forgotten
-card back when its slot is free.
+chain and everything derived from it, and answers with an erasure receipt (memory.services.erasure).
+Restore brings a soft-forgotten card back when its slot is free.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from uuid import UUID
 from django.utils import timezone
 
 from memory.errors import Forbidden, Invalid, NotFound, RequiresConfirmation
-from memory.models import AuditEventType, MemoryAuditEvent, MemoryNode, NodeStatus
-from memory.selectors import NodeSelector, accessible_nodes, parse_node_id, selector_q, supersede_chain_walk
-from memory.services.audit import audit_node_change
+from memory.models import AuditEventType, MemoryNode, NodeStatus
+from memory.selectors import NodeSelector, accessible_nodes, parse_node_id, selector_q
+from memory.services.audit import audit_chain_lock, audit_node_change
+from memory.services.erasure import ErasureReceipt, nodes_erase
 from memory.services.guards import require_node_writable, require_writer
 from memory.services.nodes import require_current
 from memory.visibility import Viewer
@@ -34,31 +35,45 @@ class ForgetRequest:
     targets: tuple[tuple[Any, int], ...] = ()
     all: bool = False
     selector: NodeSelector = field(default_factory=NodeSelector)
+    # Hard mode only: also erase the evidence messages and redact the summaries that cover them.
+    purge_evidence: bool = False
 
 
-def node_forget(*, viewer: Viewer, request: ForgetRequest) -> list[UUID]:
-    """Forget memories (rule 10): soft keeps an audited `deleted` row, hard removes row, index and vector."""
+@dataclass(frozen=True)
+class ForgetResult:
+    forgotten: list[UUID]
+    # Hard mode: the cards the extractor derived from the same evidence, erased with them.
+    derived: list[UUID] = field(default_factory=list)
+    receipt: ErasureReceipt | None = None
+
+
+def node_forget(*, viewer: Viewer, request: ForgetRequest) -> ForgetResult:
+    """Forget memories (rule 10): soft keeps an audited `deleted` row, hard erases them with a receipt."""
     require_writer(viewer)
     if not request.explicit_user_intent:
         raise Forbidden("Forgetting needs explicitUserIntent: true (the user asked for it).",
                         errors={"explicitUserIntent": ["must be true"]})
     if not (request.reason or "").strip():
         raise Invalid("Say why the memory is forgotten.", errors={"reason": ["required"]})
+    if request.purge_evidence and request.mode != "hard":
+        raise Invalid("purgeEvidence erases the conversation too; it needs mode: hard.",
+                      errors={"purgeEvidence": ["only with mode hard"]})
     with tenant_context(viewer.tenant):
+        audit_chain_lock(tenant=viewer.tenant)
         nodes = _forget_targets(viewer, request)
         for node in nodes:
             require_node_writable(viewer, node)
         forgotten = [node.pk for node in nodes]
         if request.mode == "hard":
-            _hard_delete(viewer, nodes, reason=request.reason)
-        else:
-            now = timezone.now()
-            for node in nodes:
-                node.status, node.revision, node.updated_at = NodeStatus.DELETED, node.revision + 1, now
-                node.save(update_fields=["status", "revision", "updated_at"])
-                audit_node_change(viewer=viewer, event_type=AuditEventType.DELETE, node=node,
-                                  reason=request.reason, payload={"mode": "soft", "revision": node.revision})
-    return forgotten
+            erasure = nodes_erase(viewer=viewer, nodes=nodes, purge_evidence=request.purge_evidence)
+            return ForgetResult(forgotten=forgotten, derived=erasure.derived_ids, receipt=erasure.receipt)
+        now = timezone.now()
+        for node in nodes:
+            node.status, node.revision, node.updated_at = NodeStatus.DELETED, node.revision + 1, now
+            node.save(update_fields=["status", "revision", "updated_at"])
+            audit_node_change(viewer=viewer, event_type=AuditEventType.DELETE, node=node,
+                              reason=request.reason, payload={"mode": "soft", "revision": node.revision})
+    return ForgetResult(forgotten=forgotten)
 
 
 def _forget_targets(viewer: Viewer, request: ForgetRequest) -> list[MemoryNode]:
@@ -93,23 +108,11 @@ def _forget_targets(viewer: Viewer, request: ForgetRequest) -> list[MemoryNode]:
     return matches
 
 
-def _hard_delete(viewer: Viewer, nodes: list[MemoryNode], *, reason: str) -> None:
-    """Delete rows with their index entries and vectors, older revisions included; audit keeps no content."""
-    older = supersede_chain_walk(MemoryNode.objects.filter(tenant=viewer.tenant), nodes, direction="older")
-    doomed: dict[UUID, MemoryNode] = {node.pk: node for node in [*nodes, *older]}
-    for node in doomed.values():
-        audit_node_change(viewer=viewer, event_type=AuditEventType.DELETE, node=node, reason=reason,
-                          payload={"mode": "hard"})
-    # Earlier audit events held snapshots of the content: a hard forget erases those too.
-    MemoryAuditEvent.objects.filter(tenant=viewer.tenant, node_id__in=list(doomed)).exclude(
-        payload={"mode": "hard"}).update(payload=None)
-    MemoryNode.objects.filter(tenant=viewer.tenant, pk__in=list(doomed)).delete()
-
-
 def node_restore(*, viewer: Viewer, node_id: Any, expected_revision: int, reason: str) -> MemoryNode:
     """Bring a soft-forgotten memory back (its slot must be free)."""
     require_writer(viewer)
     with tenant_context(viewer.tenant):
+        audit_chain_lock(tenant=viewer.tenant)
         node = (accessible_nodes(viewer).select_for_update(of=("self",))
                 .filter(pk=parse_node_id(node_id)).first())
         if node is None:

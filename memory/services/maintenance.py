@@ -11,7 +11,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from memory.models import AuditEventType, MemoryNode, NodeStatus
-from memory.services.audit import audit_event_record
+from memory.services.audit import audit_chain_lock, audit_event_record
 from tenants.context import tenant_context
 from tenants.models import Tenant
 
@@ -24,6 +24,7 @@ def nodes_expire_due(*, now: datetime | None = None, limit_per_tenant: int = 100
     expired = 0
     for tenant in Tenant.objects.all():
         with tenant_context(tenant):
+            audit_chain_lock(tenant=tenant)
             due = list(
                 MemoryNode.objects.select_for_update(skip_locked=True)
                 .filter(tenant=tenant, status=NodeStatus.ACTIVE, expires_at__lte=now)[:limit_per_tenant])

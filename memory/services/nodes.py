@@ -40,7 +40,7 @@ from memory.rules.scope_policy import validate_scope_for_write
 from memory.rules.sensitive import find_sensitive_node_content
 from memory.rules.values import normalize_value, validate_value
 from memory.selectors import accessible_nodes, parse_node_id, superseded_by_ids, tenant_kinds
-from memory.services.audit import audit_node_change
+from memory.services.audit import audit_chain_lock, audit_node_change
 from memory.services.events import nodes_written_announce
 from memory.services.guards import (
     require_acting_for,
@@ -450,6 +450,7 @@ def node_write_bulk(*, writes: Sequence[NodeWrite], skip_invalid: bool) -> list[
         raise ValueError("node_write_bulk writes into one tenant; split the writes by tenant.")
     outcomes: list[BulkOutcome] = []
     with tenant_context(tenant):
+        audit_chain_lock(tenant=tenant)
         kinds = tenant_kinds(tenant=tenant)
         for write in writes:
             try:

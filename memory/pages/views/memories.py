@@ -90,7 +90,7 @@ def memory_bulk_forget(request: HttpRequest, access: PageAccess) -> HttpResponse
                 mode=form.cleaned_data["mode"],
                 targets=tuple(targets),
             ),
-        )
+        ).forgotten
     except MemoryServiceError as exc:
         context["error"], context["error_detail"] = service_error_text(exc), exc.detail
         if isinstance(exc, NotFound):
