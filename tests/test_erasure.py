@@ -189,3 +189,26 @@ def test_a_restricted_member_purges_only_their_own_words(client, tenant_a, commi
     with tenant_context(tenant_a):
         assert MemoryMessage.objects.filter(message_id="w1").exists()
         assert not MemoryNode.objects.filter(pk=card["nodeId"]).exists()
+
+
+@pytest.mark.django_db
+def test_the_erased_card_page_shows_its_receipt_to_whoever_erased_it(client, tenant_a, committed):
+    from django.contrib.auth import get_user_model
+
+    from tests.memory_factories import make_member
+
+    api = api_for(client, tenant_a)
+    api.tenant = tenant_a
+    story = _story(api, MARKER, committed)
+    answer = _hard_forget(api, story)
+    node_id = story["node"]["nodeId"]
+    client.force_login(get_user_model().objects.get(username="alice"))  # the tenant owner
+    page = client.get(f"/memories/{node_id}/")
+    assert page.status_code == 404
+    text = page.content.decode()
+    assert answer["receipt"]["id"] in text and answer["receipt"]["digest"] in text and MARKER not in text
+    derived = client.get(f"/memories/{story['extracted'][0]}/")
+    assert derived.status_code == 404 and answer["receipt"]["id"] in derived.content.decode()
+    make_member(tenant=tenant_a, username="mia")
+    client.force_login(get_user_model().objects.get(username="mia"))
+    assert answer["receipt"]["id"] not in client.get(f"/memories/{node_id}/").content.decode()

@@ -54,6 +54,7 @@ EVENTS = {
     "expire": _("Expired"),
     "delete": _("Forgotten"),
     "restore": _("Restored"),
+    "erase": _("Erased for good (receipt)"),
 }
 
 MESSAGE_ROLES = {

@@ -144,7 +144,14 @@ def _detail_context(access: PageAccess, node: MemoryNode, **extra: Any) -> dict[
 @require_GET
 @tenant_page
 def memory_detail(request: HttpRequest, access: PageAccess, node_id: UUID) -> HttpResponse:
-    node = memory_selectors.node_get(viewer=access.viewer, node_id=node_id)
+    try:
+        node = memory_selectors.node_get(viewer=access.viewer, node_id=node_id)
+    except NotFound:
+        receipt = page_audit.erased_card_receipt(access.viewer, node_id)
+        if receipt is None:
+            raise
+        # Still a 404 (the memory is gone), with the proof of what was removed instead of a blank page.
+        return render(request, "pages/memory_erased.html", {"access": access, "receipt": receipt}, status=404)
     page_audit.card_page_read(access.viewer, node)
     context = _detail_context(access, node)
     if wants_fragment(request):
@@ -222,7 +229,7 @@ def memory_forget(request: HttpRequest, access: PageAccess, node_id: UUID) -> Ht
         return render(request, template, context, status=400)
     mode = form.cleaned_data["mode"]
     try:
-        node_forget(
+        result = node_forget(
             viewer=access.viewer,
             request=ForgetRequest(
                 reason=form.cleaned_data["reason"],
@@ -254,6 +261,8 @@ def memory_forget(request: HttpRequest, access: PageAccess, node_id: UUID) -> Ht
         )
     if mode == "hard":
         messages.success(request, _("“%(title)s” was erased for good.") % {"title": node.title})
+        messages.info(request, _("Its erasure receipt %(receipt)s… stays at the memory's address.")
+                      % {"receipt": str(result.receipt.id)[:8] if result.receipt else "—"})
     else:
         messages.success(
             request,
