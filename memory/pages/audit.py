@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-
 from uuid import UUID
 
 from django.db.models import Count, Max
@@ -84,6 +83,7 @@ def erased_card_receipt(viewer: Viewer, node_id: UUID) -> Receipt | None:
         return None
     return Receipt(
         event=event, actor=labels.actor_label(event.actor),
-        removed=[(str(REMOVED_LABELS.get(table, table)), count) for table, count in receipt["removed"].items()],
+        removed=[(str(REMOVED_LABELS.get(table, table)), count)
+                 for table, count in receipt["removed"].items()],
         derived=len(receipt.get("derivedIds", [])), purge_evidence=bool(receipt.get("purgeEvidence")),
     )
