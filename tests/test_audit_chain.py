@@ -202,3 +202,38 @@ def test_a_long_batch_in_one_statement_is_chained_in_order(tenant_a):
     assert [e.reason for e in events] == [f"r{index}" for index in range(300)]
     report = audit_chain_verify(tenant=tenant_a, batch_size=64)
     assert (report.intact, report.events) == (True, 300)
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "owner"])
+def test_the_migration_chains_existing_events_and_erases_what_old_hard_forgets_left(tenant_a, tenant_b):
+    import uuid
+
+    from django.db.migrations.executor import MigrationExecutor
+
+    from tenants.db_roles import grant_app_role
+
+    owner = connections["owner"]
+    executor = MigrationExecutor(owner)
+    executor.migrate([("memory", "0005_node_kind_index")])
+    erased_node, kept_node = uuid.uuid4(), uuid.uuid4()
+    rows = [(tenant_a, kept_node, "create", "kept reason", '{"node": {"title": "kept"}}', "01"),
+            (tenant_a, erased_node, "create", "secret reason", '{"node": {"title": "secret"}}', "02"),
+            (tenant_b, kept_node, "create", "b reason", None, "03"),
+            (tenant_a, erased_node, "delete", "hard reason", '{"mode": "hard"}', "04")]
+    for tenant, node_id, event_type, reason, payload, minute in rows:
+        _owner_sql("INSERT INTO memory_memoryauditevent (id, tenant_id, event_type, node_id, actor, reason, payload, "
+                   "created_at) VALUES (%s, %s, %s, %s, 'system', %s, %s, %s)",
+                   [uuid.uuid4(), tenant.pk, event_type, node_id, reason, payload, f"2026-01-01T00:{minute}:00Z"])
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    grant_app_role(None, using="owner")
+    _owner_sql("GRANT TRUNCATE ON ALL TABLES IN SCHEMA public TO ekko_app", [])
+    events = _events(tenant_a)
+    assert [(e.sequence, e.reason) for e in events] == [(1, "kept reason"), (2, ""), (3, "")]
+    assert events[1].payload is None and events[2].payload == {"mode": "hard"}
+    assert audit_chain_verify(tenant=tenant_a).intact and audit_chain_verify(tenant=tenant_b).intact
+    with tenant_context(tenant_a):
+        MemoryAuditEvent.objects.create(tenant=tenant_a, event_type="create", actor="system", reason="after",
+                                        created_at="2026-01-02T00:00:00Z")
+    assert [e.sequence for e in _events(tenant_a)] == [1, 2, 3, 4]
+    assert audit_chain_verify(tenant=tenant_a).intact

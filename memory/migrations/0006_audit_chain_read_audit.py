@@ -58,6 +58,9 @@ DROP FUNCTION IF EXISTS ekko_audit_field(text);
 # (created_at, id) order. The owner may be subject to forced RLS outside the embedded database.
 BACKFILL = r"""
 SELECT set_config('ekko.all_tenants', 'on', true);
+-- Updating rows twice in one transaction queues their deferred foreign-key checks, and a queued
+-- check forbids the ALTER TABLE that follows: check them at once instead.
+SET CONSTRAINTS ALL IMMEDIATE;
 
 UPDATE memory_memoryauditevent e SET reason = '', payload = NULL, content_salt = '-'
 WHERE e.node_id IN (SELECT h.node_id FROM memory_memoryauditevent h
@@ -67,27 +70,29 @@ UPDATE memory_memoryauditevent SET reason = '' WHERE event_type = 'delete' AND p
 
 DO $$
 DECLARE
-    r record;
+    e memory_memoryauditevent;
     current_tenant bigint := NULL;
     seq_no bigint := 0;
     previous text;
-    salt text;
 BEGIN
-    FOR r IN SELECT id, tenant_id, content_salt FROM memory_memoryauditevent ORDER BY tenant_id, created_at, id LOOP
-        IF current_tenant IS DISTINCT FROM r.tenant_id THEN
-            current_tenant := r.tenant_id;
+    FOR e IN SELECT * FROM memory_memoryauditevent ORDER BY tenant_id, created_at, id LOOP
+        IF current_tenant IS DISTINCT FROM e.tenant_id THEN
+            current_tenant := e.tenant_id;
             seq_no := 0;
             previous := repeat('0', 64);
         END IF;
         seq_no := seq_no + 1;
+        e.sequence := seq_no;
+        e.previous_digest := previous;
         -- Rows just erased (marked '-') keep no salt: their content is gone for good.
-        salt := CASE WHEN r.content_salt = '-' THEN '' ELSE ekko_audit_salt() END;
+        e.content_salt := CASE WHEN e.content_salt = '-' THEN '' ELSE ekko_audit_salt() END;
+        e.content_digest := ekko_audit_content_digest(e.content_salt, e.reason, e.payload);
+        e.digest := ekko_audit_digest(e);
         UPDATE memory_memoryauditevent
-        SET sequence = seq_no, previous_digest = previous, content_salt = salt,
-            content_digest = ekko_audit_content_digest(salt, reason, payload)
-        WHERE id = r.id;
-        UPDATE memory_memoryauditevent e SET digest = ekko_audit_digest(e) WHERE e.id = r.id
-        RETURNING e.digest INTO previous;
+        SET sequence = e.sequence, previous_digest = e.previous_digest, content_salt = e.content_salt,
+            content_digest = e.content_digest, digest = e.digest
+        WHERE id = e.id;
+        previous := e.digest;
     END LOOP;
 END
 $$;
