@@ -221,9 +221,10 @@ def test_the_migration_chains_existing_events_and_erases_what_old_hard_forgets_l
             (tenant_b, kept_node, "create", "b reason", None, "03"),
             (tenant_a, erased_node, "delete", "hard reason", '{"mode": "hard"}', "04")]
     for tenant, node_id, event_type, reason, payload, minute in rows:
-        _owner_sql("INSERT INTO memory_memoryauditevent (id, tenant_id, event_type, node_id, actor, reason, payload, "
-                   "created_at) VALUES (%s, %s, %s, %s, 'system', %s, %s, %s)",
-                   [uuid.uuid4(), tenant.pk, event_type, node_id, reason, payload, f"2026-01-01T00:{minute}:00Z"])
+        _owner_sql("INSERT INTO memory_memoryauditevent (id, tenant_id, event_type, node_id, actor, reason, "
+                   "payload, created_at) VALUES (%s, %s, %s, %s, 'system', %s, %s, %s)",
+                   [uuid.uuid4(), tenant.pk, event_type, node_id, reason, payload,
+                    f"2026-01-01T00:{minute}:00Z"])
     executor.loader.build_graph()
     executor.migrate(executor.loader.graph.leaf_nodes())
     grant_app_role(None, using="owner")
