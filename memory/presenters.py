@@ -100,6 +100,8 @@ def audit_event_to_api(event: MemoryAuditEvent) -> dict[str, Any]:
         "reason": event.reason,
         "payload": event.payload,
         "createdAt": iso(event.created_at),
+        "sequence": event.sequence,
+        "digest": event.digest,
     }
 
 

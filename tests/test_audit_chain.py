@@ -238,3 +238,13 @@ def test_the_migration_chains_existing_events_and_erases_what_old_hard_forgets_l
                                         created_at="2026-01-02T00:00:00Z")
     assert [e.sequence for e in _events(tenant_a)] == [1, 2, 3, 4]
     assert audit_chain_verify(tenant=tenant_a).intact
+
+
+@pytest.mark.django_db
+def test_the_history_api_shows_each_event_s_place_in_the_chain(client, tenant_a):
+    first = _cards(client, tenant_a, "alice", count=2)[0]
+    api = api_for(client, tenant_a)
+    events = api.get(f"memory/nodes/{first['nodeId']}/history")["events"]
+    stored = {str(e.pk): (e.sequence, e.digest) for e in _events(tenant_a)}
+    assert [(e["sequence"], e["digest"]) for e in events] == [stored[e["id"]] for e in events]
+    assert [e["sequence"] for e in events] == sorted(e["sequence"] for e in events)

@@ -234,6 +234,8 @@ class AuditEventSerializer(serializers.Serializer):
     reason = serializers.CharField(allow_blank=True)
     payload = serializers.JSONField(allow_null=True)
     createdAt = serializers.DateTimeField()
+    sequence = serializers.IntegerField(required=False, help_text="Position in the tenant's audit chain.")
+    digest = serializers.CharField(required=False, help_text="Chain digest (docs/erasure.md).")
 
 
 class NodeHistorySerializer(serializers.Serializer):
