@@ -22,6 +22,7 @@ from uuid import UUID
 
 from django.db.models import Exists, OuterRef, Q
 
+from memory.errors import MemoryServiceError
 from memory.models import (
     AuditEventType,
     ExtractionRun,
@@ -30,8 +31,9 @@ from memory.models import (
     MemoryNode,
     MemorySummary,
 )
-from memory.selectors import accessible_nodes
+from memory.selectors import accessible_nodes, supersede_chain_walk
 from memory.services.audit import EXTRACTOR_ACTOR, audit_event_record, audit_node_change
+from memory.services.guards import require_node_writable
 from memory.visibility import Viewer
 
 REDACTED_SUMMARY = "[redacted: the conversation it summarised was erased]"
@@ -103,14 +105,9 @@ def nodes_erase(*, viewer: Viewer, nodes: list[MemoryNode], purge_evidence: bool
 
 
 def _with_older_revisions(viewer: Viewer, nodes: dict[UUID, MemoryNode]) -> dict[UUID, MemoryNode]:
-    chain = dict(nodes)
-    frontier = [node.supersedes_id for node in nodes.values() if node.supersedes_id]
-    while frontier:
-        older = list(MemoryNode.objects.select_for_update().filter(tenant=viewer.tenant, pk__in=frontier)
-                     .exclude(pk__in=list(chain)))
-        chain.update({node.pk: node for node in older})
-        frontier = [node.supersedes_id for node in older if node.supersedes_id]
-    return chain
+    older = supersede_chain_walk(MemoryNode.objects.select_for_update().filter(tenant=viewer.tenant),
+                                 list(nodes.values()), direction="older")
+    return {**nodes, **{node.pk: node for node in older}}
 
 
 def _evidence_of(nodes: Iterable[MemoryNode]) -> dict[int, set[str]]:
@@ -134,9 +131,17 @@ def _derived_cards(viewer: Viewer, doomed: dict[UUID, MemoryNode]) -> dict[UUID,
         event_type__in=[AuditEventType.CREATE, AuditEventType.SUPERSEDE])
     candidates = (
         accessible_nodes(viewer).select_for_update(of=("self",)).filter(same_evidence)
-        .filter(Exists(by_extractor), scope__in=sorted(viewer.write_scopes)).exclude(pk__in=list(doomed))
+        .filter(Exists(by_extractor)).exclude(pk__in=list(doomed))
     )
-    return {node.pk: node for node in candidates}
+    return {node.pk: node for node in candidates if _writable(viewer, node)}
+
+
+def _writable(viewer: Viewer, node: MemoryNode) -> bool:
+    try:
+        require_node_writable(viewer, node)
+    except MemoryServiceError:
+        return False  # a derived card this caller may not forget stays (and is not in derivedIds)
+    return True
 
 
 def _needles(nodes: Iterable[MemoryNode]) -> set[str]:
