@@ -189,6 +189,16 @@ def test_a_restricted_member_purges_only_their_own_words(client, tenant_a, commi
     with tenant_context(tenant_a):
         assert MemoryMessage.objects.filter(message_id="w1").exists()
         assert not MemoryNode.objects.filter(pk=card["nodeId"]).exists()
+    with committed():
+        member.post("messages", {"sessionId": "mia-1", "messages": [
+            {"id": "w2", "role": "user", "content": f"记住，我不喝{MARKER}茶。"}]}, expect=201)
+        own = write(member, create({"kind": "project_context", "itemKey": "tea", "title": f"不喝{MARKER}茶",
+                                    "content": "个人习惯"}), intent=False, sources=("w2",))["results"][0]
+    answer = member.post("memory/forget", {"id": own["nodeId"], "expectedRevision": 1, "mode": "hard",
+                                           "purgeEvidence": True, "reason": "x", "explicitUserIntent": True})
+    assert answer["receipt"]["removed"]["memory_memorymessage"] == 1  # her own words go
+    with tenant_context(tenant_a):
+        assert not MemoryMessage.objects.filter(message_id="w2").exists()
 
 
 @pytest.mark.django_db

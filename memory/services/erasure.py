@@ -33,7 +33,7 @@ from memory.models import (
 )
 from memory.selectors import accessible_nodes, supersede_chain_walk
 from memory.services.audit import EXTRACTOR_ACTOR, audit_event_record, audit_node_change
-from memory.services.guards import require_node_writable
+from memory.services.guards import require_acting_for, require_node_writable, require_workspace_reachable
 from memory.visibility import Viewer
 
 REDACTED_SUMMARY = "[redacted: the conversation it summarised was erased]"
@@ -233,23 +233,27 @@ def _scrubbed(results: Any, *, cited: set[str], ids: set[str], needles: set[str]
 
 def _evidence_purge(viewer: Viewer, evidence: dict[int, set[str]]) -> tuple[int, int]:
     """Delete the evidence messages this caller may erase and redact the summaries covering them."""
-    purgeable = MemoryMessage.objects.filter(tenant=viewer.tenant)
-    if viewer.pinned_workspace_id is not None:
-        purgeable = purgeable.filter(workspace_id=viewer.pinned_workspace_id)
-    if viewer.restrict_to_person:
-        # A member erases their own words, in their workspaces; a colleague's message stays theirs.
-        purgeable = purgeable.filter(workspace_id__in=sorted(viewer.member_workspace_ids),
-                                     user_id=viewer.user.pk if viewer.user is not None else None)
     chosen = Q(pk__in=[])
     for workspace_id, message_ids in evidence.items():
         chosen |= Q(workspace_id=workspace_id, message_id__in=sorted(message_ids))
-    messages = list(purgeable.select_for_update().filter(chosen))
+    cited = MemoryMessage.objects.select_for_update().filter(chosen, tenant=viewer.tenant)
+    messages = [message for message in cited if _purgeable(viewer, message)]
     summaries = _summaries_covering(viewer, messages)
     redacted = MemorySummary.objects.filter(tenant=viewer.tenant, pk__in=summaries).update(
         summary=REDACTED_SUMMARY, current_goal=None, **{name: [] for name in SUMMARY_LISTS})
     deleted, _by_model = MemoryMessage.objects.filter(tenant=viewer.tenant,
                                                       pk__in=[m.pk for m in messages]).delete()
     return redacted, deleted
+
+
+def _purgeable(viewer: Viewer, message: MemoryMessage) -> bool:
+    try:
+        require_workspace_reachable(viewer, message.workspace_id)
+        require_acting_for(viewer, message.user_id)
+    except MemoryServiceError:
+        return False
+    # A member erases their own words; a message of nobody in particular (an agent's) is not theirs.
+    return message.user_id is not None or not viewer.restrict_to_person or viewer.whole_tenant
 
 
 def _summaries_covering(viewer: Viewer, messages: list[MemoryMessage]) -> list[UUID]:
