@@ -7,11 +7,13 @@ then grep every text, varchar, array, tsvector and json/jsonb column of every ta
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 
 import pytest
 from django.db import connections
 
+from ekko_site.inprocess import drain_background
 from memory.audit_chain import audit_chain_verify
 from memory.models import ExtractionRun, MemoryAuditEvent, MemoryMessage, MemoryNode
 from tenants.context import tenant_context
@@ -42,16 +44,18 @@ def marker_hits(marker: str) -> dict[str, int]:
     return hits
 
 
-def _story(api, marker: str, committed=nullcontext) -> dict:  # noqa: ANN001
+def _story(api, marker: str, committed=None) -> dict:  # noqa: ANN001
     """Evidence, an extracted card, an agent card with history, a summary: all holding `marker`.
 
-    `committed` wraps the capture so its after-commit work (the extraction run) has run after it.
+    `committed` wraps the capture so its after-commit work (the extraction run) has run after it;
+    without one (committed data) the queued background work is run after the capture.
     """
-    with committed():
+    with committed() if committed else nullcontext():
         api.post("messages", {"sessionId": SESSION, "userId": "alice", "messages": [
             {"id": "e1", "role": "user", "content": f"记住，我以后做饭不要{marker}。"},
             {"id": "e2", "role": "assistant", "content": "好的，记住了。"},
         ]}, expect=201)
+    drain_background()
     with tenant_context(api.tenant):
         extracted = list(MemoryNode.objects.filter(source_message_ids__contains=["e1"]))
         runs = list(ExtractionRun.objects.filter(session_id=SESSION))
@@ -76,8 +80,15 @@ def _hard_forget(api, story: dict, **body) -> dict:  # noqa: ANN001, ANN003
 
 @pytest.fixture
 def committed(django_capture_on_commit_callbacks):  # noqa: ANN001, ANN201
-    """Run a block's after-commit work (extraction, embeddings) as a real commit would."""
-    return lambda: django_capture_on_commit_callbacks(execute=True)
+    """Run a block's after-commit work and the background work it queued (extraction, embeddings)."""
+
+    @contextmanager
+    def block() -> Iterator[None]:
+        with django_capture_on_commit_callbacks(execute=True):
+            yield
+        drain_background()
+
+    return block
 
 
 @pytest.fixture

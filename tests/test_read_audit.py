@@ -6,6 +6,8 @@ shown on the card page and filterable in Django admin.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -14,6 +16,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from ekko_site.inprocess import drain_background
 from memory.models import MemoryReadEvent
 from memory.pipeline import tasks
 from memory.services.reads import node_reads_write, read_events_sweep
@@ -35,8 +38,15 @@ def api(client, tenant_a):  # noqa: ANN001
 
 @pytest.fixture
 def after_commit(django_capture_on_commit_callbacks):  # noqa: ANN001, ANN201
-    """Run the request's on-commit work (the read batch) as a real commit would."""
-    return lambda: django_capture_on_commit_callbacks(execute=True)
+    """Run the requests' on-commit work and the background task it queued (the read batch)."""
+
+    @contextmanager
+    def block() -> Iterator[None]:
+        with django_capture_on_commit_callbacks(execute=True):
+            yield
+        drain_background()
+
+    return block
 
 
 @pytest.fixture
