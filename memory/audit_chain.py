@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from django.db import connection
 
 from memory.models import AuditChainHead
-from memory.rules.audit_digest import GENESIS, content_digest, event_digest
+from memory.rules.audit_digest import GENESIS, VERSION, event_problem
 from tenants.context import tenant_context
 from tenants.models import Tenant
 
@@ -78,23 +78,19 @@ def _check(report: ChainReport, row: tuple, expected_sequence: int) -> str | Non
         return f"sequence {sequence} where {expected_sequence} was expected (events missing or reordered)"
     if previous != report.head_digest:
         return "previous_digest does not match the digest of the event before it"
-    if salt:
-        if content_digest(salt=salt, reason=reason, payload_text=payload_text) != stored_content_digest:
-            return "reason or payload changed after the event was written"
-    else:
-        if reason or payload_text is not None:
-            return "content is present but its salt was erased"
+    problem = event_problem(
+        tenant_id=report.tenant.pk, sequence=sequence, previous_digest=previous, event_id=event_id,
+        event_type=event_type, node_id=node_id, workspace_id=workspace_id, session_id=session_id, actor=actor,
+        created_at_us=created_at_us, reason=reason, payload_text=payload_text, content_salt=salt,
+        content_digest_=stored_content_digest, digest=stored_digest,
+    )
+    if problem is not None:
+        return problem
+    if not salt:
         report.erased += 1
         if node_id is None:
             return "content was erased from an event that names no memory"
         report.pending_erasures.setdefault(str(node_id), (sequence, str(event_id)))
-    expected = event_digest(
-        tenant_id=report.tenant.pk, sequence=sequence, previous_digest=previous, event_id=event_id,
-        event_type=event_type, node_id=node_id, workspace_id=workspace_id, session_id=session_id, actor=actor,
-        created_at_us=created_at_us, content_digest=stored_content_digest,
-    )
-    if expected != stored_digest:
-        return "digest mismatch: a chained field (type, node, workspace, session, actor, time) was changed"
     if event_type in HARD_DELETE_TYPES and node_id is not None:
         report.pending_erasures.pop(str(node_id), None)
     return None
@@ -135,3 +131,9 @@ def _stored_head(tenant: Tenant) -> tuple[int, str] | None:
         head = AuditChainHead.objects.filter(tenant=tenant).values_list("sequence", "digest").first()
     return tuple(head) if head is not None else None
 
+
+
+def audit_chain_info(*, tenant: Tenant) -> dict[str, object]:
+    """Return what a file needs to check the digests of the tenant's events it carries (its head included)."""
+    head = _stored_head(tenant) or (0, GENESIS)
+    return {"format": VERSION, "tenantId": tenant.pk, "headSequence": head[0], "headDigest": head[1]}

@@ -27,6 +27,7 @@ from django.db.models import BinaryField, F, Func, IntegerField, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
+from memory.audit_chain import audit_chain_info
 from memory.models import MemoryMessage, MemoryNode, MemorySummary
 from memory.rules.text import segment_for_search
 from memory.transfer.report import Progress, no_progress
@@ -146,6 +147,11 @@ _AUDIT_EXPORT: dict[str, Any] = {
     "reason": "reason",
     "payload_json": _text("payload"),
     "created_at": _iso("created_at"),
+    "sequence": "sequence",
+    "previous_digest": "previous_digest",
+    "content_salt": "content_salt",
+    "content_digest": "content_digest",
+    "digest": "digest",
 }
 
 
@@ -485,6 +491,7 @@ def _write_info(
         "embedding_dim": str(settings.EKKO_EMBEDDING_DIM),
         "search_text_segmenter": signer.segmenter,
         "counts": json_text(counts),
+        "audit_chain": json_text(audit_chain_info(tenant=tenant)),
     }
     out.rows("INSERT INTO memory_export_info (key, value) VALUES (?, ?)", sorted(info.items()))
 

@@ -146,6 +146,13 @@ AUDIT_COLUMNS: tuple[Column, ...] = (
     Column("reason", "text not null"),
     Column("payload_json", "text"),
     Column("created_at", "text not null"),
+    # The event's place in the source tenant's audit chain (docs/erasure.md); an import checks the
+    # digests and chains the events anew in its own tenant.
+    Column("sequence", "integer", False),
+    Column("previous_digest", "text", False),
+    Column("content_salt", "text", False),
+    Column("content_digest", "text", False),
+    Column("digest", "text", False),
     Column("row_sig", "text", False),
 )
 

@@ -3,15 +3,20 @@
 Events are append-only: one identical to the stored event is skipped, a different one under the
 same id is a conflict. An event's node id is mapped like the node's (events outlive hard-forgotten
 cards, so it is mapped even when the node is not in the file), and the history of a card that was
-not imported (conflict, duplicate, refused or forgotten) stays out with it. The rows kept are
-written by memory.services.imports.
+not imported (conflict, duplicate, refused or forgotten) stays out with it. An event that carries
+its place in the source tenant's audit chain must still match its digests (docs/erasure.md): one
+changed after export is refused and reported as `tampered`; the events kept are chained anew in
+this tenant by the database. The rows kept are written by memory.services.imports.
 """
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
 from typing import Any
 
 from memory.models import MemoryAuditEvent
+from memory.rules.audit_digest import VERSION, event_problem, microseconds
 from memory.services import imports
 from memory.transfer.selectors import audit_events_of
 from memory.transfer.sqlite_format import AUDIT_COLUMNS, canonical_json
@@ -48,12 +53,18 @@ def import_audit_events(state: ImportState) -> None:
     ws, tenant = state.workspace, state.tenant
     held: list[tuple[Any, ...]] = []
     held_chars = 0
+    chain_tenant = _chain_tenant(state)
     for chunk in read_chunks(state, "memory_audit_events", "audit events"):
         verified, chunk = split_verified(state, "memory_audit_events", AUDIT_COLUMNS, chunk)
         verified = [row for row in verified if not state.oversized("auditEvents", row)]
         staged = [event for event in (_audit_fast(state, row) for row in verified) if event is not None]
         state.report.skipped.audit_events += len(verified) - len(staged)
-        incoming = [_audit_in(state, row) for row in chunk if not state.oversized("auditEvents", row)]
+        rows = [row for row in chunk if not state.oversized("auditEvents", row)]
+        # A malformed row refuses the whole file first; a well-formed one changed since export is left out.
+        incoming = [
+            event for row, event in zip(rows, [_audit_in(state, row) for row in rows], strict=True)
+            if _chain_holds(state, chain_tenant, row)
+        ]
         ids = [e["id"] for e in incoming]
         existing = {} if state.fresh else {
             values[0]: stored_key(values[1:], [6])
@@ -123,3 +134,47 @@ def _audit_key(state: ImportState, event: dict[str, Any]) -> tuple[Any, ...]:
         event["event_type"], event["node_id"], event["session_id"], state.username(event["user"]),
         event["actor"], event["reason"], canonical_json(event["payload"]), event["created_at"],
     )
+
+
+def _chain_tenant(state: ImportState) -> int | None:
+    """Return the source tenant of the file's audit chain (its digests cover it), or None."""
+    try:
+        info = json.loads(state.file.info.get("audit_chain") or "null")
+    except ValueError:
+        return None
+    if not isinstance(info, dict) or info.get("format") != VERSION:
+        return None
+    if not isinstance(info.get("tenantId"), int):
+        return None
+    return info["tenantId"]
+
+
+def _chain_holds(state: ImportState, chain_tenant: int | None, row: FileRow) -> bool:
+    """Keep an event without chain data; refuse (and report) one whose digests no longer match."""
+    v = row.values
+    if not v.get("digest"):
+        return True
+    problem = "the file names no audit chain for its digests" if chain_tenant is None else None
+    if problem is None:
+        try:
+            created = datetime.fromisoformat(str(v["created_at"]))
+            fields = {
+                "tenant_id": chain_tenant, "sequence": int(v["sequence"]),
+                "previous_digest": str(v["previous_digest"]),
+                "event_id": v["id"], "event_type": v["event_type"], "node_id": v["node_id"],
+                "session_id": v["session_id"], "actor": v["actor"], "reason": v["reason"],
+                "payload_text": v["payload_json"], "content_salt": v["content_salt"] or "",
+                "content_digest_": v["content_digest"], "digest": v["digest"],
+                "created_at_us": microseconds(created if created.tzinfo else created.replace(tzinfo=UTC)),
+            }
+            # An event written without a workspace is exported under the file's workspace.
+            problem = event_problem(**fields, workspace_id=v["workspace_id"]) and event_problem(
+                **fields, workspace_id=None)
+        except (KeyError, TypeError, ValueError):
+            problem = "its chain columns are incomplete"
+    if problem is None:
+        return True
+    state.report.conflict("auditEvents", row.id, "tampered",
+                          f"the event no longer matches its audit-chain digest ({problem}); it was changed "
+                          "after export, so it is not imported")
+    return False
