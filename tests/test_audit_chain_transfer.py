@@ -88,3 +88,11 @@ def test_an_event_changed_in_the_file_is_left_out_and_reported(tenant_a, tenant_
     reasons = {e.reason for e in _events(tenant_b)}
     assert "nothing to see" not in reasons and "noted gamma" not in reasons
     assert audit_chain_verify(tenant=tenant_b).intact
+
+
+def test_imported_events_are_chained_oldest_first(tenant_a, tenant_b, source, tmp_path):
+    path = _export(tenant_a, source, tmp_path)
+    workspace_import_sqlite(tenant=tenant_b, workspace=default_workspace(tenant_b), path=path)
+    imported = _events(tenant_b)
+    order = [(e.created_at, str(e.pk)) for e in imported]
+    assert order == sorted(order)

@@ -241,10 +241,13 @@ def _staged_value(table: str, column: str, alias: str = "s") -> str:
     return f"{alias}.{column}"
 
 
-def _insert_staged_sql(table: str, columns: Sequence[str], where: str = "TRUE", returning: str = "") -> str:
+def _insert_staged_sql(table: str, columns: Sequence[str], where: str = "TRUE", returning: str = "",
+                       order: str = "") -> str:
     names = ", ".join(columns)
     values = ", ".join(_staged_value(table, c) for c in columns)
-    return f"INSERT INTO {table} ({names}) SELECT {values} FROM {_STAGING[table]} s WHERE {where} {returning}"
+    ordered = f"ORDER BY {order}" if order else ""
+    return (f"INSERT INTO {table} ({names}) SELECT {values} FROM {_STAGING[table]} s WHERE {where} {ordered} "
+            f"{returning}")
 
 
 def _run(sql: str, params: Sequence[Any] = (), *, fetch: bool = False) -> Any:
@@ -406,7 +409,9 @@ def audit_events_staged_rename(*, tenant: Tenant, staging: ImportStaging, rename
 def audit_events_insert_staged(*, tenant: Tenant, staging: ImportStaging) -> int:
     """Insert the staged audit events and return how many."""
     _ready(tenant, staging)
-    return _run(_insert_staged_sql("memory_memoryauditevent", EVENT_STAGING_COLUMNS))
+    # The database chains events in the order they are inserted (memory.audit_chain): oldest first.
+    return _run(_insert_staged_sql("memory_memoryauditevent", EVENT_STAGING_COLUMNS,
+                                   order="s.created_at, s.id"))
 
 
 def audit_events_create(*, tenant: Tenant, events: Sequence[MemoryAuditEvent]) -> None:
