@@ -15,9 +15,8 @@ import pytest
 from memory.audit_chain import audit_chain_verify
 from memory.rules.audit_digest import VERSION
 from memory.transfer.sqlite_export import workspace_export_sqlite
-from memory.transfer.sqlite_import import workspace_import_sqlite
 from tests.api_client import api_for
-from tests.memory_factories import default_workspace
+from tests.memory_factories import default_workspace, operator_import
 from tests.test_api_memory_rules import create, write
 from tests.test_audit_chain import _events
 
@@ -67,7 +66,7 @@ def test_the_file_carries_each_event_s_place_in_the_chain_and_the_head(tenant_a,
 
 def test_an_import_chains_the_events_anew_in_its_tenant(tenant_a, tenant_b, source, tmp_path):
     path = _export(tenant_a, source, tmp_path)
-    report = workspace_import_sqlite(tenant=tenant_b, workspace=default_workspace(tenant_b), path=path)
+    report = operator_import(tenant=tenant_b, workspace=default_workspace(tenant_b), path=path)
     assert report.conflicts == [] and report.imported.audit_events == len(_file_events(path))
     assert [e.sequence for e in _events(tenant_b)] == list(range(1, len(_events(tenant_b)) + 1))
     assert audit_chain_verify(tenant=tenant_b).intact and audit_chain_verify(tenant=tenant_a).intact
@@ -80,7 +79,7 @@ def test_an_event_changed_in_the_file_is_left_out_and_reported(tenant_a, tenant_
     with sqlite3.connect(path) as db:
         db.execute("UPDATE memory_audit_events SET reason = 'nothing to see' WHERE id = ?", [changed["id"]])
         db.execute("UPDATE memory_audit_events SET actor = 'user:mallory' WHERE reason = 'noted alpha'")
-    report = workspace_import_sqlite(tenant=tenant_b, workspace=default_workspace(tenant_b), path=path)
+    report = operator_import(tenant=tenant_b, workspace=default_workspace(tenant_b), path=path)
     tampered = [c for c in report.conflicts if c["reason"] == "tampered"]
     assert len(tampered) == 2 and changed["id"] in {c["id"] for c in tampered}
     assert "reason or payload changed" in next(c["detail"] for c in tampered if c["id"] == changed["id"])
@@ -92,7 +91,7 @@ def test_an_event_changed_in_the_file_is_left_out_and_reported(tenant_a, tenant_
 
 def test_imported_events_are_chained_oldest_first(tenant_a, tenant_b, source, tmp_path):
     path = _export(tenant_a, source, tmp_path)
-    workspace_import_sqlite(tenant=tenant_b, workspace=default_workspace(tenant_b), path=path)
+    operator_import(tenant=tenant_b, workspace=default_workspace(tenant_b), path=path)
     imported = _events(tenant_b)
     order = [(e.created_at, str(e.pk)) for e in imported]
     assert order == sorted(order)
