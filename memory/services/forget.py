@@ -8,6 +8,7 @@ Restore brings a soft-forgotten card back when its slot is free.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -45,6 +46,13 @@ class ForgetResult:
     # Hard mode: the cards the extractor derived from the same evidence, erased with them.
     derived: list[UUID] = field(default_factory=list)
     receipt: ErasureReceipt | None = None
+
+    # Callers written before receipts existed read the answer as the list of forgotten ids.
+    def __iter__(self) -> Iterator[UUID]:
+        return iter(self.forgotten)
+
+    def __len__(self) -> int:
+        return len(self.forgotten)
 
 
 def node_forget(*, viewer: Viewer, request: ForgetRequest) -> ForgetResult:
