@@ -215,6 +215,8 @@ def remove_tenant(tenant: Tenant) -> None:
     """Delete the throwaway tenant and all its rows (raw deletes: the ORM cascade would load every row)."""
     with tenant_context(tenant), connection.cursor() as cursor:
         for table in (
+            "memory_memoryreadevent",
+            "memory_auditchainhead",
             "memory_memoryauditevent",
             "memory_memorysummary",
             "memory_memorynode",
