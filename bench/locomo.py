@@ -143,6 +143,19 @@ def missing_vectors(tenant) -> int:  # noqa: ANN001
         return embeddable_messages(tenant.pk).filter(stale_vector_q(get_provider().model_id)).count()
 
 
+def extraction_runs(tenant) -> dict[str, int]:  # noqa: ANN001
+    """Extraction runs of the tenant's bench workspaces by state (what capture set off)."""
+    from django.db.models import Count
+
+    from memory.models import ExtractionRun
+    from tenants.context import tenant_context
+
+    with tenant_context(tenant):
+        rows = (ExtractionRun.objects.filter(tenant=tenant, workspace__name__startswith="locomo ")
+                .values("status").annotate(n=Count("pk")))
+        return {row["status"]: row["n"] for row in rows}
+
+
 def wait_for_vectors(tenant) -> float:  # noqa: ANN001
     """Poll until every embeddable message has its vector; embed stragglers in-process after a stall."""
     from memory.services.embeddings import embed_missing
@@ -167,10 +180,12 @@ def wait_for_vectors(tenant) -> float:  # noqa: ANN001
         time.sleep(0.5)
 
 
-def ingest(client: Client, bench: dict) -> tuple[dict[str, int], float]:
-    """Create one workspace per conversation and post its sessions; return ids and seconds taken."""
+def ingest(client: Client, bench: dict) -> tuple[dict[str, int], float, list[float]]:
+    """Create one workspace per conversation and post its sessions; return ids, seconds taken and the
+    latency (ms) of each `POST messages`."""
     started = time.perf_counter()
     workspaces: dict[str, int] = {}
+    captures: list[float] = []
     for conversation in bench["conversations"]:
         _, workspace = client.post("workspaces", {"name": workspace_name(conversation)})
         workspaces[conversation["conversation_id"]] = workspace["id"]
@@ -180,7 +195,7 @@ def ingest(client: Client, bench: dict) -> tuple[dict[str, int], float]:
             sessions[message["session_id"]].append(message)
         for session_id, messages in sessions.items():
             for start in range(0, len(messages), BATCH):
-                client.post("messages", {
+                elapsed, _ = client.post("messages", {
                     "workspaceId": workspace["id"],
                     "sessionId": f"session-{session_id}",
                     "messages": [{
@@ -192,9 +207,10 @@ def ingest(client: Client, bench: dict) -> tuple[dict[str, int], float]:
                                      "locomoDateTime": message["session_date_time"]},
                     } for message in messages[start:start + BATCH]],
                 })
+                captures.append(elapsed)
         print(f"  ingested {conversation['conversation_id']}: {len(conversation['messages'])} messages "
               f"({time.perf_counter() - started:.0f}s)", file=sys.stderr, flush=True)
-    return workspaces, time.perf_counter() - started
+    return workspaces, time.perf_counter() - started, captures
 
 
 # --------------------------------------------------------------------------- scoring
@@ -301,10 +317,12 @@ def main() -> None:
     try:
         client = Client(port, api_key_create(tenant=tenant, name="locomo bench").raw_key)
         ingest_seconds = embed_seconds = 0.0
+        captures: list[float] = []
         if workspaces is None:
             drop_workspaces(tenant)
-            workspaces, ingest_seconds = ingest(client, bench)
+            workspaces, ingest_seconds, captures = ingest(client, bench)
         embed_seconds = wait_for_vectors(tenant)
+        runs_after_ingest = extraction_runs(tenant)
         questions = [q for c in bench["conversations"] for q in c["qa"]]
         for item in questions[:WARMUP_QUERIES]:  # connections, plan caches, the query encoder
             conversation = next(c for c in bench["conversations"] if item in c["qa"])
@@ -326,6 +344,11 @@ def main() -> None:
           f"{len(rows)} scored questions (categories 1-4), {len(adversarial)} adversarial")
     if ingest_seconds:
         print(f"ingest over HTTP: {ingest_seconds:.0f}s; vectors complete {embed_seconds:.0f}s later")
+        capture_stats = percentiles(captures)
+        print(f"POST messages (capture) latency over {capture_stats['n']} requests: "
+              f"p50 {capture_stats['p50']:.1f} ms, p95 {capture_stats['p95']:.1f} ms, "
+              f"p99 {capture_stats['p99']:.1f} ms, mean {capture_stats['mean']:.1f} ms; extraction runs "
+              f"by state once vectors were complete: {runs_after_ingest or 'none'}")
     else:
         print("ingest: reused the stored conversations")
     print(f"gunicorn {args.workers} workers, sequential requests from one client, limit {SEARCH_LIMIT}\n")
