@@ -1,7 +1,8 @@
 """One extraction run's lifecycle: claim, read, extract, apply, finish or fail, and the retry sweep.
 
 A run (`ExtractionRun`, visible at `GET extract/{taskId}`) reads a session's main-channel messages
-in `(after_message_pk, up_to_message_pk]`, asks an extractor for a `MemoryExtraction` plan (the
+in `(after_message_pk, up_to_message_pk]` (the end fixed at its claim: the completed turns, or every
+message for `POST extract`), asks an extractor for a `MemoryExtraction` plan (the
 chat model when `EKKO_LLM_BASE_URL` is set, the rules otherwise), applies it through the write
 service (`memory.pipeline.apply`) and appends the session's next summary when it is due
 (`memory.pipeline.summary_chain`). The apply, the summary and the run's `done` state commit in
@@ -43,7 +44,7 @@ from memory.pipeline.extractors import extract_by_rules
 from memory.pipeline.gating import is_trivial
 from memory.pipeline.plans import KnownNode, MemoryExtraction, SourceMessage
 from memory.pipeline.summary_chain import SummaryWork, summary_append_next, summary_next
-from memory.pipeline.triggers import ACTIVE_STATES, enqueue_run, open_run_if_due
+from memory.pipeline.triggers import ACTIVE_STATES, completed_turns_end, enqueue_run, open_run_if_due
 from memory.rules.errors import SchemaError
 from memory.selectors import tenant_kinds
 from memory.visibility import Viewer, visible_nodes_q
@@ -121,14 +122,21 @@ def _claim(tenant: Tenant, run_pk: UUID, now: datetime) -> tuple[bool, Extractio
             logger.error("Extraction run %s failed: %s.", run.pk, run.error)
             return False, run
         if run.up_to_message_pk is None:
-            last = MemoryMessage.objects.filter(
-                tenant=tenant, workspace_id=run.workspace_id, session_id=run.session_id
-            ).aggregate(last=Max("pk"))["last"]
-            run.up_to_message_pk = max(last or 0, run.after_message_pk)
+            run.up_to_message_pk = max(_input_end(tenant, run), run.after_message_pk)
         run.status, run.next_retry_at = ExtractionStatus.RUNNING, None
         run.attempts += 1
         run.save()
         return True, run
+
+
+def _input_end(tenant: Tenant, run: ExtractionRun) -> int:
+    """Return the last message a run reads: all of them on request, else the end of the completed turns."""
+    if run.trigger == "api":
+        last = MemoryMessage.objects.filter(
+            tenant=tenant, workspace_id=run.workspace_id, session_id=run.session_id
+        ).aggregate(last=Max("pk"))["last"]
+        return last or 0
+    return completed_turns_end(tenant, run.workspace_id, run.session_id)
 
 
 def _zone(metadata: Any) -> tzinfo | None:

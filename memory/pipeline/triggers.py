@@ -1,15 +1,26 @@
-"""When extraction runs: the session thresholds, explicit requests, and one queued run per session.
+"""When extraction runs: at the end of a turn, on request, and one queued run per session.
 
-`extraction_maybe_request` runs after a capture commits (`memory.pipeline.background`): counting
-the session's main-channel messages that no run owns yet, it opens a run when there are at least
-`EKKO_EXTRACT_EVERY_MESSAGES` of them (trigger `messages`), they hold at least
-`EKKO_EXTRACT_TOKEN_THRESHOLD` tokens (`tokens`), or a user message states something to keep now
-(`explicit`: see `memory.pipeline.gating.has_explicit_statement`). A triggered run is queued with a
-countdown of `EKKO_EXTRACT_DELAY_SECONDS` so the turn ends first. `extraction_request` (`POST
-extract`) opens one at once (trigger `api`). A session has at most one queued or running run (an
-advisory lock per session serialises the check): a second request gets the same run, and new
-messages join the queued one. The Celery task is sent on commit; a broker outage leaves the run
-queued for the retry sweep (`memory.pipeline.runs.extraction_retry_due`).
+A turn is the user's message, what the agent did with it (its own `memory/write`, tool calls) and the
+assistant's reply. Extraction reads only completed turns (`completed_turns_end`): the messages
+before the session's latest user message, or all of them once an assistant reply follows it, so a
+run never reads a message the agent is still acting on. `extraction_maybe_request` runs after a
+capture commits (`memory.pipeline.background`) and looks at the completed, unowned main-channel
+messages of the session. It opens a run when
+
+- they hold an assistant reply and a user message worth reading (`turn`, seed 000's "after the
+  agent replied"; seed 003 captures the reply once the agent's run is complete), or, as a safety
+  net for agents that never capture replies (the next user message completes the turn before it),
+- there are at least `EKKO_EXTRACT_EVERY_MESSAGES` of them (`messages`), they hold at least
+  `EKKO_EXTRACT_TOKEN_THRESHOLD` tokens (`tokens`), or a user message states something to keep
+  (`explicit`: see `memory.pipeline.gating.has_explicit_statement`).
+
+So capturing the user's message alone never triggers a run on that message. A turn run is queued at
+once (the turn is over); a safety-net run waits `EKKO_EXTRACT_DELAY_SECONDS`. `extraction_request`
+(`POST extract`) opens one at once (trigger `api`) that reads every message, the latest included:
+the caller says the turn is over. A session has at most one queued or running run (an advisory lock
+per session serialises the check): a second request gets the same run, and new messages join the
+queued one. The Celery task is sent on commit; a broker outage leaves the run queued for the retry
+sweep (`memory.pipeline.runs.extraction_retry_due`).
 """
 
 from __future__ import annotations
@@ -21,10 +32,10 @@ from uuid import UUID
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, Max, Sum
+from django.db.models import Count, Max, Q, Sum
 
 from memory.models import Channel, ExtractionRun, ExtractionStatus, MemoryMessage, Role
-from memory.pipeline.gating import has_explicit_statement
+from memory.pipeline.gating import has_explicit_statement, is_trivial
 from memory.services.guards import require_workspace_reachable, require_writer
 from memory.visibility import Viewer
 from tenants.context import tenant_context
@@ -32,6 +43,7 @@ from tenants.models import Tenant
 
 __all__ = [
     "ACTIVE_STATES",
+    "completed_turns_end",
     "enqueue_run",
     "extraction_maybe_request",
     "extraction_request",
@@ -41,6 +53,8 @@ __all__ = [
 logger = logging.getLogger("memory.pipeline.runs")
 
 ACTIVE_STATES = (ExtractionStatus.QUEUED, ExtractionStatus.RUNNING)
+# Runs that start without a countdown: the turn has ended (a reply) or the caller asked (`POST extract`).
+IMMEDIATE_TRIGGERS = ("turn", "api")
 # pg_advisory_xact_lock's first key: the class of lock ("extraction of one session").
 _SESSION_LOCK_CLASS = 7301
 
@@ -108,10 +122,12 @@ def _create_run(
         trigger=trigger,
         after_message_pk=_cursor(tenant_id, workspace_id, session_id),
     )
-    # A triggered run waits for the turn to end, so the agent's own explicit memory/write of the same
-    # statement lands first and the run finds it already remembered. Requests run at once.
+    # A turn run and a request start at once: the turn is over. A safety-net run (no reply captured)
+    # leaves the agent time; it never reads the turn in progress either way (`completed_turns_end`).
     enqueue_run(
-        tenant_id, run.pk, countdown=0 if trigger == "api" else int(settings.EKKO_EXTRACT_DELAY_SECONDS)
+        tenant_id,
+        run.pk,
+        countdown=0 if trigger in IMMEDIATE_TRIGGERS else int(settings.EKKO_EXTRACT_DELAY_SECONDS),
     )
     logger.info(
         "Extraction run %s queued for session %r (tenant %s, workspace %s, trigger %s).",
@@ -151,27 +167,54 @@ def extraction_request(*, viewer: Viewer, session_id: str, trigger: str = "api")
         )
 
 
+def completed_turns_end(tenant: Tenant | int, workspace_id: int, session_id: str) -> int:
+    """Return the last message pk of the session's completed turns (0 when none has completed).
+
+    The turn in progress starts at the latest main-channel user message and ends with an assistant
+    reply after it; until then it is not read. Without a user message everything is complete.
+    """
+    last = MemoryMessage.objects.filter(
+        tenant=tenant, workspace_id=workspace_id, session_id=session_id, channel=Channel.MAIN
+    ).aggregate(
+        user=Max("pk", filter=Q(role=Role.USER)),
+        reply=Max("pk", filter=Q(role=Role.ASSISTANT)),
+        any=Max("pk"),
+    )
+    if last["user"] is None or (last["reply"] or 0) > last["user"]:
+        return last["any"] or 0
+    return last["user"] - 1
+
+
 def _trigger_for(new_messages: Any) -> str | None:
-    stats = new_messages.aggregate(count=Count("pk"), tokens=Sum("token_count"))
+    stats = new_messages.aggregate(
+        count=Count("pk"), tokens=Sum("token_count"), replies=Count("pk", filter=Q(role=Role.ASSISTANT))
+    )
+    user_texts = list(new_messages.filter(role=Role.USER).values_list("content", flat=True))
+    if stats["replies"] and any(not is_trivial(text) for text in user_texts):
+        return "turn"
     if stats["count"] >= int(settings.EKKO_EXTRACT_EVERY_MESSAGES):
         return "messages"
     if (stats["tokens"] or 0) >= int(settings.EKKO_EXTRACT_TOKEN_THRESHOLD):
         return "tokens"
-    user_texts = new_messages.filter(role=Role.USER).values_list("content", flat=True)
     if any(has_explicit_statement(text) for text in user_texts):
         return "explicit"
     return None
 
 
 def open_run_if_due(tenant: Tenant | int, workspace_id: int, session_id: str) -> ExtractionRun | None:
-    """Return a new run when unowned messages cross a threshold, else the active run or None."""
+    """Return a new run when the completed, unowned messages cross a trigger, else the active run or None."""
     _lock_session(tenant if isinstance(tenant, int) else tenant.pk, workspace_id, session_id)
     active = _active_run(tenant, workspace_id, session_id)
     if active is not None:
         return active  # a queued run reads these messages too; a running one's follow-up does
     cursor = _cursor(tenant, workspace_id, session_id)
     new_messages = MemoryMessage.objects.filter(
-        tenant=tenant, workspace_id=workspace_id, session_id=session_id, channel=Channel.MAIN, pk__gt=cursor
+        tenant=tenant,
+        workspace_id=workspace_id,
+        session_id=session_id,
+        channel=Channel.MAIN,
+        pk__gt=cursor,
+        pk__lte=completed_turns_end(tenant, workspace_id, session_id),
     )
     trigger = _trigger_for(new_messages)
     if trigger is None:
@@ -190,10 +233,11 @@ def open_run_if_due(tenant: Tenant | int, workspace_id: int, session_id: str) ->
 def extraction_maybe_request(
     *, tenant_id: int, workspace_id: int, session_id: str, message_pks: Sequence[int]
 ) -> ExtractionRun | None:
-    """Queue a run when the session's unextracted main-channel messages cross a trigger (seed 000).
+    """Queue a run when the session's completed, unextracted turns cross a trigger (seed 000).
 
-    Triggers: at least EKKO_EXTRACT_EVERY_MESSAGES messages, at least EKKO_EXTRACT_TOKEN_THRESHOLD
-    tokens, or an explicit statement, correction or task in a user message. Returns the new run,
+    Triggers: an assistant reply after a user message worth reading (`turn`); as a safety net, at least
+    EKKO_EXTRACT_EVERY_MESSAGES messages, at least EKKO_EXTRACT_TOKEN_THRESHOLD tokens, or an explicit
+    statement, correction or task in a user message of a completed turn. Returns the new run,
     the session's run that is already queued or running, or None when no trigger fired (or the check
     itself failed: it runs after the capture committed, so it logs instead of failing the request).
     """

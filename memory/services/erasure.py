@@ -7,7 +7,9 @@ payload and salt, so the chain still verifies, memory.audit_chain); the items, s
 and texts of extraction runs that read that evidence or mention those cards; and, with
 `purge_evidence`, the evidence messages themselves (rows, search entries, vectors) with the
 summaries that cover them (redacted in place, so the session's summary chain stays whole). The
-hard-delete events and the receipt keep no content: the forget's reason is not stored. The
+hard-delete events and the receipt keep no content: the forget's reason is not stored, and a
+delete event names its slot only by a keyed digest (memory.rules.slots), so the extractor can still
+leave a forgotten slot alone for EKKO_REJECTION_DAYS (memory.pipeline.guardrails). The
 receipt (`removed`: rows per table) is itself a content-free audit event, part of the chain.
 """
 
@@ -20,6 +22,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from django.db.models import Exists, OuterRef, Q
 
 from memory.errors import MemoryServiceError
@@ -31,6 +34,7 @@ from memory.models import (
     MemoryNode,
     MemorySummary,
 )
+from memory.rules.slots import slot_digest
 from memory.selectors import accessible_nodes, supersede_chain_walk
 from memory.services.audit import EXTRACTOR_ACTOR, audit_event_record, audit_node_change
 from memory.services.guards import require_acting_for, require_node_writable, require_workspace_reachable
@@ -70,7 +74,9 @@ def nodes_erase(*, viewer: Viewer, nodes: list[MemoryNode], purge_evidence: bool
 
     kept_events = [
         audit_node_change(viewer=viewer, event_type=AuditEventType.DELETE, node=node, reason="",
-                          payload={"mode": "hard"}).pk
+                          payload={"mode": "hard", "slot": slot_digest(
+                              secret=settings.SECRET_KEY, tenant_id=tenant.pk, owner_ref=node.owner_ref,
+                              key=node.key)}).pk
         for node in everything.values()
     ]
     erased_events = (
