@@ -565,6 +565,8 @@ def test_the_sweep_requeues_runs_lost_while_queued_or_running(tenant_a, django_c
 
 
 def test_triggers_count_new_main_channel_messages_tokens_and_explicit_statements(tenant_a, settings):
+    # An agent that never captures replies: the next user message completes the turn before it, so
+    # the thresholds count completed turns and the message the agent is acting on is never read.
     settings.EKKO_EXTRACT_EVERY_MESSAGES = 4
     ws = default_workspace(tenant_a).pk
 
@@ -578,7 +580,8 @@ def test_triggers_count_new_main_channel_messages_tokens_and_explicit_statements
 
     assert maybe(capture(tenant_a, "alice", "s1", "今晚吃什么", "我想想", "随便吧")) is None
     assert maybe(capture(tenant_a, "alice", "s1", "subagent notes " * 3, channel="subagent")) is None
-    run = maybe(capture(tenant_a, "alice", "s1", "那就做番茄炒蛋"))
+    assert maybe(capture(tenant_a, "alice", "s1", "那就做番茄炒蛋")) is None  # its turn is in progress
+    run = maybe(capture(tenant_a, "alice", "s1", "记住我不吃葱"))
     assert (run.trigger, run.status, run.after_message_pk, run.user.username) == (
         "messages",
         "queued",
@@ -586,40 +589,70 @@ def test_triggers_count_new_main_channel_messages_tokens_and_explicit_statements
         "alice",
     )
     # At most one queued run per session: later messages join it.
-    assert maybe(capture(tenant_a, "alice", "s1", "记住我不吃葱")).pk == run.pk
+    assert maybe(capture(tenant_a, "alice", "s1", "再加一个汤")).pk == run.pk
     assert extraction_request(viewer=viewer_for(tenant_a, "alice"), session_id="s1").pk == run.pk
 
-    other = maybe(capture(tenant_a, "alice", "s2", "记住，我以后做饭不要香菜。"))
+    assert maybe(capture(tenant_a, "alice", "s2", "记住，我以后做饭不要香菜。")) is None
+    other = maybe(capture(tenant_a, "alice", "s2", "今晚吃什么"))
     assert other.trigger == "explicit" and other.pk != run.pk
     settings.EKKO_EXTRACT_TOKEN_THRESHOLD = 20
     assert maybe_tokens(tenant_a, ws).trigger == "tokens"
 
 
 def maybe_tokens(tenant, workspace_id):
-    [message] = capture(tenant, "alice", "s3", "We walked through the migration plan step by step. " * 4)
+    capture(tenant, "alice", "s3", "We walked through the migration plan step by step. " * 4)
+    [message] = capture(tenant, "alice", "s3", "ok")
     return extraction_maybe_request(
         tenant_id=tenant.pk, workspace_id=workspace_id, session_id="s3", message_pks=[message.pk]
     )
+
+
+def test_the_reply_ends_the_turn_and_requests_a_run_that_reads_the_completed_turns(tenant_a):
+    ws = default_workspace(tenant_a).pk
+
+    def maybe(messages):
+        return extraction_maybe_request(
+            tenant_id=tenant_a.pk, workspace_id=ws, session_id="s1", message_pks=[m.pk for m in messages]
+        )
+
+    assert maybe(capture(tenant_a, "alice", "s1", "你好")) is None
+    assert maybe(capture(tenant_a, "alice", "s1", "你好！有什么可以帮你？", role="assistant")) is None  # trivial
+    [statement] = capture(tenant_a, "alice", "s1", "我不吃香菜")
+    assert maybe([statement]) is None  # the user's message alone never requests a run
+    [reply] = capture(tenant_a, "alice", "s1", "好的，不放香菜。", role="assistant")
+    run = maybe([reply])
+    assert (run.trigger, run.status, run.user.username) == ("turn", "queued", "alice")
+    # The next user message arrives before the run starts: the run reads only the completed turns.
+    capture(tenant_a, "alice", "s1", "记住，我以后做饭不要香菜。")
+    run = extraction_run(tenant_id=tenant_a.pk, run_id=run.pk)
+    assert (run.status, run.up_to_message_pk, run.results["messageCount"]) == ("done", reply.pk, 4)
 
 
 def test_a_captured_explicit_statement_runs_after_the_turn(
     client, tenant_a, countdowns, django_capture_on_commit_callbacks
 ):
     api = api_for(client, tenant_a)
-    with django_capture_on_commit_callbacks(execute=True):
-        api.post(
-            "messages",
-            {
-                "sessionId": "s1",
-                "userId": "alice",
-                "messages": [{"id": "u1", "role": "user", "content": "记住，我以后做饭不要香菜。"}],
-            },
-            expect=201,
-        )
-    drain_background()
+
+    def post(message_id: str, role: str, content: str) -> None:
+        with django_capture_on_commit_callbacks(execute=True):
+            api.post(
+                "messages",
+                {
+                    "sessionId": "s1",
+                    "userId": "alice",
+                    "messages": [{"id": message_id, "role": role, "content": content}],
+                },
+                expect=201,
+            )
+        drain_background()
+
+    post("u1", "user", "记住，我以后做饭不要香菜。")
+    with tenant_context(tenant_a):
+        assert not ExtractionRun.objects.filter(tenant=tenant_a).exists()  # the agent is still acting
+    post("a1", "assistant", "好的，我记住了：以后做饭不放香菜。")
     with tenant_context(tenant_a):
         run = ExtractionRun.objects.get(tenant=tenant_a)
-    assert (run.trigger, run.status, countdowns) == ("explicit", "done", [30])
+    assert (run.trigger, run.status, countdowns) == ("turn", "done", [0])
     assert [n.key for n in active_nodes(tenant_a)] == ["avoid_ingredient:香菜"]
 
 

@@ -1,18 +1,21 @@
 """Applying an extraction plan: every item through the node write service, as the system actor.
 
-`plan_apply` works in three steps. (1) Each plan item is read into a pending write — the run
+`plan_apply` works in four steps. (1) Each plan item is read into a pending write — the run
 decides whose memory it is (the author of its first cited user message, else the run's user),
-whether the user stated it (the item quotes a cited user message verbatim) and which known card it
-targets — or straight into a report entry (unreadable, `ignore`, a target the session cannot
-reach). (2) All pending writes go to `memory.services.node_write_bulk` in one call with
-`skip_invalid`, each as `system:extractor` on behalf of its author, so every rule of the API's
-`memory/write` holds: canonical key, scope policy, confidence contract, sensitive content, the
-same-content test (a restatement is a noop, new content supersedes the slot), revisions, audit.
+whether the user stated it (the item quotes a cited user message verbatim), which known card it
+targets and which slots it touches — or straight into a report entry (unreadable, `ignore`, a
+target the session cannot reach). (2) The guardrails (`memory.pipeline.guardrails`, one read for
+the whole plan) leave alone what people and agents settled: a slot an API key or a person wrote
+since the first message the run reads is skipped (`already_written`); a slot they rejected within
+`EKKO_REJECTION_DAYS` is skipped (`recent_rejection`) unless a cited user message restates it
+explicitly (`memory.pipeline.gating.is_explicit`), which the entry records as
+`override: recent_rejection`. (3) The remaining writes go to `memory.services.node_write_bulk` in
+one call with `skip_invalid`, each as `system:extractor` on behalf of its author, so every rule of
+the API's `memory/write` holds: canonical key, scope policy, confidence contract, sensitive content,
+the same-content test (a restatement is a noop, new content supersedes the slot), revisions, audit.
 A refused write is rolled back to its savepoint and reported as skipped with its code; the others
-still apply. (3) Each outcome becomes the item's report entry (`applied | noop | skipped |
-ignored`), secrets redacted. A check that makes the extractor leave a slot alone belongs in
-step 1, where an item has its author, operation and target but nothing is written yet. Called
-inside the run's transaction by `memory.pipeline.runs`.
+still apply. (4) Each outcome becomes the item's report entry (`applied | noop | skipped |
+ignored`), secrets redacted. Called inside the run's transaction by `memory.pipeline.runs`.
 """
 
 from __future__ import annotations
@@ -22,19 +25,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.utils import timezone
 
 from memory.errors import MemoryServiceError
 from memory.models import MemoryNode, NodeStatus, Role
+from memory.pipeline.gating import is_explicit
+from memory.pipeline.guardrails import Slot, slot_history
 from memory.pipeline.plans import PlanItem, SourceMessage
 from memory.pipeline.sentences import redact
 from memory.rules.confidence import apply_confidence_contract
 from memory.rules.errors import SchemaError
+from memory.rules.item_keys import canonical_key
 from memory.rules.kinds import KindSpec, resolve_kind
 from memory.rules.scope_policy import AGENT_WRITABLE_SCOPES
 from memory.selectors import parse_node_id
 from memory.services import BulkOutcome, NodeWrite, node_write_bulk
 from memory.services.audit import EXTRACTOR_ACTOR
-from memory.visibility import Viewer, accessible_nodes_q
+from memory.visibility import Viewer, accessible_nodes_q, owner_ref
 from tenants.models import Scope, Tenant, Workspace
 
 __all__ = ["SYSTEM_ACTOR", "RunInput", "plan_apply"]
@@ -89,6 +96,7 @@ def plan_apply(source: RunInput, items: Sequence[PlanItem]) -> list[dict[str, An
             entries.append(read.entry)
         else:
             entries.append(read)
+    pending = _leave_alone(source, pending)
     outcomes = node_write_bulk(writes=[write.write for write in pending], skip_invalid=True)
     for write, outcome in zip(pending, outcomes, strict=True):
         write.entry.update(_outcome_entry(write, outcome))
@@ -103,6 +111,8 @@ class _PendingWrite:
     target: MemoryNode | None
     write: NodeWrite
     notes: list[str]
+    slots: list[Slot]
+    restated: bool  # a cited user message says it explicitly (记住, 以后都, "from now on")
 
 
 def _read_item(source: RunInput, index: int, item: PlanItem) -> _PendingWrite | dict[str, Any]:
@@ -160,7 +170,57 @@ def _read_item(source: RunInput, index: int, item: PlanItem) -> _PendingWrite | 
         explicit_user_intent=explicit,
         source_message_ids=ids,
     )
-    return _PendingWrite(entry=entry, target=target, write=write, notes=notes)
+    texts = [m.content for m in source.messages if m.message_id in ids and m.role == Role.USER]
+    return _PendingWrite(entry=entry, target=target, write=write, notes=notes,
+                         slots=_slots(source, viewer.user, node, target, operation),
+                         restated=any(is_explicit(text) for text in texts))
+
+
+def _slots(source: RunInput, user: AbstractBaseUser | None, node: dict[str, Any], target: MemoryNode | None,
+           operation: str) -> list[Slot]:
+    """Return the slots a write touches: the target's key and, for a create or supersede, the new key."""
+    keys = [target.key] if target is not None else []
+    kind = node.get("kind") or (target.kind if target is not None else None)
+    if operation in ("create", "supersede") and kind:
+        try:
+            spec = resolve_kind(kind, source.kinds)
+            item_key = node.get("item_key")
+            if item_key is None and target is not None and target.kind == spec.name:
+                item_key = target.item_key
+            keys.append(canonical_key(spec, item_key))
+        except SchemaError:
+            pass  # the write service refuses the item with the same reason
+    workspace_id = source.workspace.pk
+    owners = {
+        owner_ref(scope=Scope.SESSION, workspace_id=workspace_id, session_id=source.session_id, user_id=None),
+        owner_ref(scope=Scope.WORKSPACE, workspace_id=workspace_id, session_id=None, user_id=None),
+    }
+    if user is not None:
+        owners.add(owner_ref(scope=Scope.USER, workspace_id=workspace_id, session_id=None, user_id=user.pk))
+    if target is not None:
+        owners.add(target.owner_ref)
+    return [Slot(key=key, owners=frozenset(owners)) for key in dict.fromkeys(keys)]
+
+
+def _leave_alone(source: RunInput, pending: list[_PendingWrite]) -> list[_PendingWrite]:
+    """Skip the writes into slots people and agents settled (seed 001); return the writes that go ahead."""
+    if not pending:
+        return pending
+    since = min((m.created_at for m in source.messages if m.created_at is not None), default=None)
+    history = slot_history(tenant=source.tenant, slots=[slot for write in pending for slot in write.slots],
+                           since=since, now=timezone.now())
+    kept = []
+    for write in pending:
+        verdict = history.verdict(write.slots, since=since)
+        if verdict is None:
+            kept.append(write)
+        elif verdict.code == "recent_rejection" and write.restated:
+            write.entry["override"] = "recent_rejection"
+            write.notes.append(f"{verdict.what}; the user restated it explicitly, so it is written again")
+            kept.append(write)
+        else:
+            write.entry.update(_skipped({}, verdict.code, verdict.detail))
+    return kept
 
 
 def _stated_by_the_user(source: RunInput, item: PlanItem, ids: list[str]) -> bool:

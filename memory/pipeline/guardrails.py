@@ -23,7 +23,7 @@ keeps no key. `SlotHistory.verdict` then answers per slot without touching the d
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -66,15 +66,19 @@ class Verdict:
     until: datetime | None = None
 
     @property
+    def what(self) -> str:
+        """Who did what to the slot, when (no content: the key stays out of the report)."""
+        theirs = self.code == "already_written" or self.event_type == AuditEventType.DELETE
+        whose = "this memory" if theirs else "the extractor's memory"
+        return f"{self.actor} {_DONE.get(self.event_type, self.event_type)} {whose} at {self.at.isoformat()}"
+
+    @property
     def detail(self) -> str:
-        done = _DONE.get(self.event_type, self.event_type)
         if self.code == "already_written":
-            return (f"{self.actor} {done} this memory at {self.at.isoformat()}, during the turns this run "
-                    "reads; what an agent or a person wrote wins")
-        whose = "this memory" if self.event_type == AuditEventType.DELETE else "the extractor's memory"
+            return f"{self.what}, during the turns this run reads; what an agent or a person wrote wins"
         until = self.until.isoformat() if self.until else "?"
-        return (f"{self.actor} {done} {whose} at {self.at.isoformat()}; the extractor leaves it alone until "
-                f"{until} unless the user restates it explicitly")
+        return (f"{self.what}; the extractor leaves it alone until {until} unless the user restates it "
+                "explicitly")
 
 
 @dataclass(frozen=True)
@@ -104,14 +108,14 @@ class SlotHistory:
         for event in events:
             self.by_node.setdefault(event.node_id, []).append(event)
 
-    def verdict(self, slot: Slot, *, since: datetime | None) -> Verdict | None:
-        """Return why the extractor must leave `slot` alone (already written wins), or None."""
-        mine = [e for e in self.events if self._in_slot(e, slot)]
-        written = [e for e in mine if e.by_person and since is not None and e.at >= since]
+    def verdict(self, slots: Sequence[Slot], *, since: datetime | None) -> Verdict | None:
+        """Return why the extractor must leave one of `slots` alone (already written first), or None."""
+        written = [e for e in self.events if e.by_person and since is not None and e.at >= since
+                   and any(self._in_slot(e, slot) for slot in slots)]
         if written:
             last = written[-1]
             return Verdict("already_written", last.actor, last.event_type, last.at)
-        return self._rejection(slot)
+        return next((v for v in map(self._rejection, slots) if v is not None), None)
 
     def _in_slot(self, event: _Event, slot: Slot) -> bool:
         if event.slot is not None:

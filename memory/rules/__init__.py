@@ -10,6 +10,7 @@ Each module owns one rule of DESIGN.md and either returns a value or raises `err
 - `confidence`: the confidence contract and the low-confidence floor (rules 6 and 8)
 - `sensitive`: secrets and personal identifiers that are never stored (rule 7)
 - `node_text`: a card's search text and the same-content test of rule 2
+- `slots`: a slot's keyed digest, what a hard-forget audit event keeps instead of the key
 - `queries`: "list every memory" query detection
 - `text`: segmentation (jieba), query terms and token counting
 
