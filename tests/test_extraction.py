@@ -616,7 +616,8 @@ def test_the_reply_ends_the_turn_and_requests_a_run_that_reads_the_completed_tur
         )
 
     assert maybe(capture(tenant_a, "alice", "s1", "你好")) is None
-    assert maybe(capture(tenant_a, "alice", "s1", "你好！有什么可以帮你？", role="assistant")) is None  # trivial
+    # A turn with nothing worth reading requests nothing.
+    assert maybe(capture(tenant_a, "alice", "s1", "你好！有什么可以帮你？", role="assistant")) is None
     [statement] = capture(tenant_a, "alice", "s1", "我不吃香菜")
     assert maybe([statement]) is None  # the user's message alone never requests a run
     [reply] = capture(tenant_a, "alice", "s1", "好的，不放香菜。", role="assistant")

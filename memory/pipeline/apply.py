@@ -215,11 +215,11 @@ def _leave_alone(source: RunInput, pending: list[_PendingWrite]) -> list[_Pendin
         if verdict is None:
             kept.append(write)
         elif verdict.code == "recent_rejection" and write.restated:
-            write.entry["override"] = "recent_rejection"
+            write.entry.update(override="recent_rejection", by=verdict.actor)
             write.notes.append(f"{verdict.what}; the user restated it explicitly, so it is written again")
             kept.append(write)
         else:
-            write.entry.update(_skipped({}, verdict.code, verdict.detail))
+            write.entry.update(_skipped({"by": verdict.actor}, verdict.code, verdict.detail))
     return kept
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -67,18 +67,23 @@ class Verdict:
 
     @property
     def what(self) -> str:
-        """Who did what to the slot, when (no content: the key stays out of the report)."""
+        """Who did what to the slot, when; no content and no actor id (the entry's `by` names the actor)."""
+        who = "an agent" if self.actor.startswith("api_key:") else "a person"
         theirs = self.code == "already_written" or self.event_type == AuditEventType.DELETE
         whose = "this memory" if theirs else "the extractor's memory"
-        return f"{self.actor} {_DONE.get(self.event_type, self.event_type)} {whose} at {self.at.isoformat()}"
+        return f"{who} {_DONE.get(self.event_type, self.event_type)} {whose} at {_when(self.at)}"
 
     @property
     def detail(self) -> str:
         if self.code == "already_written":
             return f"{self.what}, during the turns this run reads; what an agent or a person wrote wins"
-        until = self.until.isoformat() if self.until else "?"
+        until = _when(self.until) if self.until else "?"
         return (f"{self.what}; the extractor leaves it alone until {until} unless the user restates it "
                 "explicitly")
+
+
+def _when(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 @dataclass(frozen=True)
