@@ -1,7 +1,8 @@
 """The pipeline: the work that follows a turn — extraction runs, rule and model extractors, summaries, tasks.
 
 It owns *when* extraction runs (`triggers`), *one run's lifecycle* (`runs`: claim, read, extract,
-finish or fail, the retry sweep), *applying a plan* through the write service (`apply`), the
+finish or fail, the retry sweep), *applying a plan* through the write service (`apply`) and what
+it leaves alone (`guardrails`: already written, recent rejections), the
 session's *summary step* (`summary_chain`), the plan format (`plans`), the gating of messages
 (`gating`) and shared text helpers (`sentences`), the *rule-based extractor* split by topic
 (`extractors/`), the OpenAI-compatible *chat model* (`chat_model`), the rule-based *summarizer*
