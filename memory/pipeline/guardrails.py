@@ -99,12 +99,12 @@ class _Event:
     slot: tuple[str, str] | None = None
 
     @property
-    def by_person(self) -> bool:
+    def by_agent_or_person(self) -> bool:
         return not self.actor.startswith("system")
 
 
 class SlotHistory:
-    """The audit trail of some slots, read once; `verdict` answers per slot."""
+    """The audit trail of some slots, read once; `verdict` answers per plan item."""
 
     def __init__(self, events: list[_Event], *, now: datetime) -> None:
         self.events = events
@@ -115,7 +115,7 @@ class SlotHistory:
 
     def verdict(self, slots: Sequence[Slot], *, since: datetime | None) -> Verdict | None:
         """Return why the extractor must leave one of `slots` alone (already written first), or None."""
-        written = [e for e in self.events if e.by_person and since is not None and e.at >= since
+        written = [e for e in self.events if e.by_agent_or_person and since is not None and e.at >= since
                    and any(self._in_slot(e, slot) for slot in slots)]
         if written:
             last = written[-1]
@@ -131,7 +131,7 @@ class SlotHistory:
         window = rejection_window()
         rejection: _Event | None = None
         for event in self.events:
-            if not event.by_person or event.at < self.now - window:
+            if not event.by_agent_or_person or event.at < self.now - window:
                 continue
             restores = event.event_type == AuditEventType.RESTORE and self._in_slot(event, slot)
             if restores and rejection is not None and rejection.event_type == AuditEventType.DELETE:
