@@ -141,20 +141,48 @@ def test_a_forgotten_card_comes_back_only_when_the_user_restates_it_explicitly(t
     assert again.pk != card.pk and again.scope == "user"
 
 
-def test_editing_the_extractors_card_away_keeps_the_extractor_off_that_slot(turns):
+EDITS = {
+    "supersede": ({"valueJson": "香菜(少量)", "title": "用户可接受少量香菜", "content": "香菜可以少放一点。"},
+                  "replaced the extractor's memory", 2),
+    "update": ({"valueJson": "香菜(少量)"}, "changed the extractor's memory", 2),
+}
+
+
+@pytest.mark.parametrize("operation", sorted(EDITS))
+def test_editing_the_extractors_card_away_keeps_the_extractor_off_that_slot(turns, operation):
+    node, said, revision = EDITS[operation]
     turns.turn(REMEMBER)
     [card] = turns.cards(status="active")
     turns.api.post("memory/write", {"explicitUserIntent": True, "operations": [{
-        "operation": "supersede", "targetId": str(card.pk), "expectedRevision": 1, "reason": "用户纠正",
-        "node": {"valueJson": "香菜(少量)", "title": "用户可接受少量香菜",
-                 "content": "香菜可以少放一点。"}}]})
+        "operation": operation, "targetId": str(card.pk), "expectedRevision": 1, "reason": "用户纠正",
+        "node": node}]})
 
     turns.turn("我不吃香菜")
     [item] = _items(turns.runs()[-1])
     assert (item["outcome"], item["code"]) == ("skipped", "recent_rejection")
-    assert "replaced the extractor's memory" in item["detail"]
+    assert said in item["detail"]
     [active] = turns.cards(status="active")
-    assert (active.value_json, active.revision) == ("香菜(少量)", 2)
+    assert (active.value_json, active.revision) == ("香菜(少量)", revision)
+
+
+def test_a_person_restoring_a_forgotten_card_lifts_the_rejection(turns, tenant_a):
+    from django.contrib.auth import get_user_model
+
+    from memory.services import node_restore
+    from memory.visibility import Viewer
+    from tests.memory_factories import default_workspace
+
+    turns.turn(REMEMBER)
+    [card] = turns.cards(status="active")
+    turns.forget("soft")
+    person = Viewer(tenant=tenant_a, workspace=default_workspace(tenant_a), user=get_user_model().objects.get(
+        username="alice"), write_scopes=frozenset({"session", "workspace", "user"}), read_only=False,
+                    actor="user:alice")
+    node_restore(viewer=person, node_id=card.pk, expected_revision=2, reason="还是要记住")
+
+    turns.turn("我不吃香菜")
+    [item] = _items(turns.runs()[-1])
+    assert item.get("code") != "recent_rejection"
 
 
 def test_an_agent_editing_its_own_card_is_no_rejection(turns):
@@ -184,6 +212,19 @@ def test_expiring_the_extractors_card_is_a_rejection_that_ends_with_the_window(t
     turns.turn("我不吃香菜。")
     [item] = _items(turns.runs()[-1])
     assert (item["outcome"], item["action"]) == ("applied", "created") and "override" not in item
+
+
+def test_a_slot_digest_names_one_slot_of_one_tenant_under_one_secret():
+    from memory.rules.slots import slot_digest
+
+    digest = slot_digest(secret="s", tenant_id=1, owner_ref="user:7", key=SLOT)
+    assert len(digest) == 64 and "香菜" not in digest
+    assert digest == slot_digest(secret=b"s", tenant_id=1, owner_ref="user:7", key=SLOT)
+    others = [slot_digest(secret="t", tenant_id=1, owner_ref="user:7", key=SLOT),
+              slot_digest(secret="s", tenant_id=2, owner_ref="user:7", key=SLOT),
+              slot_digest(secret="s", tenant_id=1, owner_ref="user:8", key=SLOT),
+              slot_digest(secret="s", tenant_id=1, owner_ref="user:7", key="avoid_ingredient:葱")]
+    assert digest not in others and len(set(others)) == 4
 
 
 # --------------------------------------------------------------------------- the same story on a real worker
