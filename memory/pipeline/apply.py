@@ -179,7 +179,7 @@ def _read_item(source: RunInput, index: int, item: PlanItem) -> _PendingWrite | 
 def _slots(source: RunInput, user: AbstractBaseUser | None, node: dict[str, Any], target: MemoryNode | None,
            operation: str) -> list[Slot]:
     """Return the slots a write touches: the target's key and, for a create or supersede, the new key."""
-    keys = [target.key] if target is not None else []
+    keys = [(target.kind, target.key)] if target is not None else []
     kind = node.get("kind") or (target.kind if target is not None else None)
     if operation in ("create", "supersede") and kind:
         try:
@@ -187,7 +187,7 @@ def _slots(source: RunInput, user: AbstractBaseUser | None, node: dict[str, Any]
             item_key = node.get("item_key")
             if item_key is None and target is not None and target.kind == spec.name:
                 item_key = target.item_key
-            keys.append(canonical_key(spec, item_key))
+            keys.append((spec.name, canonical_key(spec, item_key)))
         except SchemaError:
             pass  # the write service refuses the item with the same reason
     workspace_id = source.workspace.pk
@@ -199,7 +199,7 @@ def _slots(source: RunInput, user: AbstractBaseUser | None, node: dict[str, Any]
         owners.add(owner_ref(scope=Scope.USER, workspace_id=workspace_id, session_id=None, user_id=user.pk))
     if target is not None:
         owners.add(target.owner_ref)
-    return [Slot(key=key, owners=frozenset(owners)) for key in dict.fromkeys(keys)]
+    return [Slot(kind=kind, key=key, owners=frozenset(owners)) for kind, key in dict.fromkeys(keys)]
 
 
 def _leave_alone(source: RunInput, pending: list[_PendingWrite]) -> list[_PendingWrite]:

@@ -46,8 +46,9 @@ _DONE = {"delete": "forgot", "expire": "expired", "update": "changed", "supersed
 
 @dataclass(frozen=True)
 class Slot:
-    """A key within the scope owners one plan item may land in."""
+    """A key within the scope owners one plan item may land in (the kind narrows the lookup)."""
 
+    kind: str
     key: str
     owners: frozenset[str]
 
@@ -185,6 +186,7 @@ def slot_history(*, tenant: Tenant, slots: Iterable[Slot], since: datetime | Non
     """
     slots = list(slots)
     keys = sorted({slot.key for slot in slots})
+    kinds = sorted({slot.kind for slot in slots})
     owners = sorted({owner for slot in slots for owner in slot.owners})
     if not keys:
         return SlotHistory([], now=now)
@@ -195,7 +197,7 @@ def slot_history(*, tenant: Tenant, slots: Iterable[Slot], since: datetime | Non
         for owner in slot.owners
     }
     erased_after = min(since, now - rejection_window()) if since else now - rejection_window()
-    held = MemoryNode.objects.filter(tenant=tenant, key__in=keys, owner_ref__in=owners)
+    held = MemoryNode.objects.filter(tenant=tenant, kind__in=kinds, key__in=keys, owner_ref__in=owners)
     successors = MemoryNode.objects.filter(tenant=tenant, supersedes__in=held.values("pk"))
     node = MemoryNode.objects.filter(tenant=tenant, pk=OuterRef("node_id"))
     rows = (
