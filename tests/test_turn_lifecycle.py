@@ -12,7 +12,6 @@ last test runs the same story with a real Celery worker on Redis.
 from __future__ import annotations
 
 import itertools
-import os
 
 import pytest
 
@@ -20,7 +19,8 @@ from memory.models import ExtractionRun, MemoryAuditEvent, MemoryNode
 from tenants.context import tenant_context
 from tests.api_client import api_for
 from tests.test_api_memory_rules import cilantro, create
-from tests.worker import REDIS_URL, celery_worker, use_broker, wait_for
+from tests.test_worker import queue  # noqa: F401 - fixture: a private queue on the test Redis
+from tests.worker import celery_worker, wait_for
 
 SLOT = "avoid_ingredient:香菜"
 REMEMBER = "记住，我以后做饭不要香菜。"
@@ -230,17 +230,9 @@ def test_a_slot_digest_names_one_slot_of_one_tenant_under_one_secret():
 # --------------------------------------------------------------------------- the same story on a real worker
 
 
-@pytest.fixture
-def queue():  # noqa: ANN201
-    name = f"ekko-turns-{os.getpid()}"
-    use_broker(REDIS_URL, name)
-    yield name
-    use_broker(None)
-
-
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
-def test_on_a_celery_worker_the_agents_write_wins_and_a_silent_agent_gets_its_card(client, tenant_a, queue):
+def test_on_a_celery_worker_the_agents_write_wins_and_a_silent_agent_gets_its_card(client, tenant_a, queue):  # noqa: F811
     agent = Turns(api_for(client, tenant_a), tenant_a, session="dinner")
     silent = Turns(agent.api, tenant_a, session="lunch")
 
