@@ -94,17 +94,19 @@ def test_a_capture_returns_before_its_embedding_and_extraction_ran(client, threa
     tenant = _tenant()
     wait_for_gate.delay()  # holds the thread, so nothing the capture queues can run early
     assert at_gate.wait(timeout=60)
+    # An agent that captures no replies: u2 completes u1's turn, so u1 is due for extraction.
     api_for(client, tenant).post("messages", {"sessionId": "dinner", "userId": "alice", "messages": [
-        {"id": "u1", "role": "user", "content": "记住，我以后做饭不要香菜。"}]}, expect=201)
+        {"id": "u1", "role": "user", "content": "记住，我以后做饭不要香菜。"},
+        {"id": "u2", "role": "user", "content": "今晚吃什么？"}]}, expect=201)  # too short to embed
 
     # The request has answered; its work is queued behind the gate, not done.
     assert worker.pending() == ["memory.embed_messages", "memory.extract_session"]
-    assert (_vectors(tenant), _runs(tenant)) == ([False], ["queued"])
+    assert (_vectors(tenant), _runs(tenant)) == ([False, False], ["queued"])
 
     gate.set()
     assert worker.wait_idle(timeout=120)
-    # The embedding ran; the extraction still waits for its countdown (the turn is not over yet).
-    assert (_vectors(tenant), _runs(tenant)) == ([True], ["queued"])
+    # The embeddings ran; the extraction still waits for its countdown (a safety-net run: no reply).
+    assert (_vectors(tenant), _runs(tenant)) == ([True, False], ["queued"])
     assert worker.pending() == ["memory.extract_session"]
 
     worker.stop(timeout=60)
@@ -193,7 +195,8 @@ def test_nothing_is_lost_with_the_queue_the_sweeps_pick_the_work_up(client, tena
                                                                     django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         api_for(client, tenant_a).post("messages", {"sessionId": "dinner", "userId": "alice", "messages": [
-            {"id": "u1", "role": "user", "content": "记住，我以后做饭不要香菜。"}]}, expect=201)
+            {"id": "u1", "role": "user", "content": "记住，我以后做饭不要香菜。"},
+            {"id": "a1", "role": "assistant", "content": "好的，不放香菜。"}]}, expect=201)  # short: no vector
     assert worker.pending() == ["memory.embed_messages", "memory.extract_session"]
     worker.clear()  # the process exits before the thread got to it
 
@@ -202,7 +205,7 @@ def test_nothing_is_lost_with_the_queue_the_sweeps_pick_the_work_up(client, tena
     with django_capture_on_commit_callbacks(execute=True):
         assert extraction_retry_due(now=timezone.now() + timedelta(minutes=11)) == 1
     drain_background()
-    assert (_vectors(tenant_a), _runs(tenant_a)) == ([True], ["done"])
+    assert (_vectors(tenant_a), _runs(tenant_a)) == ([True, False], ["done"])
 
 
 def _tenant():  # noqa: ANN202

@@ -2,12 +2,13 @@
 
 The agent follows seed 003's turn: it captures the user's message, acts (`memory/write`), then
 captures its reply, which ends the turn. The background work that follows each capture runs as it
-does without a broker (in-process, once the request has committed), so the extractor reads every
-turn after the agent acted and leaves the agent's cards as they are.
+does without a broker (on the in-process queue after the request: `drain_background()`), so the
+extractor reads every turn after the agent acted and leaves the agent's cards as they are.
 """
 
 from __future__ import annotations
 
+from ekko_site.inprocess import drain_background
 from memory.models import ExtractionRun
 from tenants.context import tenant_context
 from tests.api_client import api_for
@@ -23,6 +24,7 @@ def test_the_cilantro_story(client, tenant_a, tenant_b, django_capture_on_commit
         with django_capture_on_commit_callbacks(execute=True):
             api.post("messages", {"sessionId": "dinner", "userId": "alice", "messages": [
                 {"id": message_id, "role": role, "content": content}]}, expect=201)
+        drain_background()  # what runs after the request: embeddings, extraction
 
     def extractor_skipped() -> list[str]:
         with tenant_context(tenant_a):

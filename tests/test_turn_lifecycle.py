@@ -4,9 +4,10 @@ Seed 003's turn: the user's message is captured, the agent acts (`memory/write`,
 the assistant's reply is captured and the turn is over; only then does the extractor read it. What
 an agent or a person wrote during those turns wins (seed 001's already-written block), and a card
 they forgot or edited away stays away for EKKO_REJECTION_DAYS unless the user restates it
-explicitly (the recent-rejections block). Without a broker the background work runs in-process
-once the request's transaction commits (`django_capture_on_commit_callbacks(execute=True)`); the
-last test runs the same story with a real Celery worker on Redis.
+explicitly (the recent-rejections block). Without a broker the background work runs on the
+in-process queue after the request: here the capture's commit callbacks queue it
+(`django_capture_on_commit_callbacks(execute=True)`) and `drain_background()` runs it. The last
+test runs the same story with a real Celery worker on Redis.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import itertools
 
 import pytest
 
+from ekko_site.inprocess import drain_background
 from memory.models import ExtractionRun, MemoryAuditEvent, MemoryNode
 from tenants.context import tenant_context
 from tests.api_client import api_for
@@ -40,8 +42,9 @@ class Turns:
         if self.on_commit is None:
             self.api.post("messages", body, expect=201)
         else:
-            with self.on_commit(execute=True):  # what runs after the request: embeddings, extraction
+            with self.on_commit(execute=True):
                 self.api.post("messages", body, expect=201)
+            drain_background()  # what runs after the request: embeddings, extraction
         return message_id
 
     def turn(self, content: str, reply: str = "好的。") -> str:
