@@ -193,10 +193,10 @@ def test_a_task_queued_by_delay_waits_for_the_queue(db):
 
 def test_nothing_is_lost_with_the_queue_the_sweeps_pick_the_work_up(client, tenant_a,
                                                                     django_capture_on_commit_callbacks):
-    with django_capture_on_commit_callbacks(execute=True):
+    with django_capture_on_commit_callbacks(execute=True):  # a whole turn; the reply is too short to embed
         api_for(client, tenant_a).post("messages", {"sessionId": "dinner", "userId": "alice", "messages": [
             {"id": "u1", "role": "user", "content": "记住，我以后做饭不要香菜。"},
-            {"id": "a1", "role": "assistant", "content": "好的，不放香菜。"}]}, expect=201)  # short: no vector
+            {"id": "a1", "role": "assistant", "content": "好的，不放香菜。"}]}, expect=201)
     assert worker.pending() == ["memory.embed_messages", "memory.extract_session"]
     worker.clear()  # the process exits before the thread got to it
 
