@@ -34,11 +34,11 @@ from django.db.models import JSONField, OuterRef, Q, Subquery, UUIDField
 
 from memory.models import AuditEventType, MemoryAuditEvent, MemoryNode
 from memory.rules.slots import slot_digest
+from memory.services.audit import EXTRACTOR_ACTOR
 from tenants.models import Tenant
 
-__all__ = ["EXTRACTOR_ACTOR", "Slot", "SlotHistory", "Verdict", "rejection_window", "slot_history"]
+__all__ = ["Slot", "SlotHistory", "Verdict", "rejection_window", "slot_history"]
 
-EXTRACTOR_ACTOR = "system:extractor"
 _WRITES = (AuditEventType.CREATE, AuditEventType.SUPERSEDE, AuditEventType.UPDATE)
 _DONE = {"delete": "forgot", "expire": "expired", "update": "changed", "supersede": "replaced",
          "create": "wrote", "restore": "restored"}
