@@ -103,7 +103,8 @@ def noise(client, tenant_b):  # noqa: ANN001
     other = api_for(client, tenant_b)
     other.tenant = tenant_b
     other.post("messages", {"sessionId": SESSION, "userId": "bob", "messages": [
-        {"id": "e1", "role": "user", "content": "记住，我以后做饭不要quuxberry。"}]}, expect=201)
+        {"id": "e1", "role": "user", "content": "记住，我以后做饭不要quuxberry。"},
+        {"id": "e2", "role": "assistant", "content": "好的，记住了。"}]}, expect=201)  # a whole turn
     return other
 
 
