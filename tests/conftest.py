@@ -61,3 +61,19 @@ def background_queue():  # noqa: ANN201
     worker.autostart = False
     yield worker
     worker.clear()
+
+
+@pytest.fixture
+def committed(django_capture_on_commit_callbacks):  # noqa: ANN001, ANN201
+    """Return a context manager that runs a block's after-commit work and the background work it queued."""
+    from contextlib import contextmanager
+
+    from ekko_site.inprocess import drain_background
+
+    @contextmanager
+    def block():  # noqa: ANN202
+        with django_capture_on_commit_callbacks(execute=True):
+            yield
+        drain_background()
+
+    return block

@@ -7,8 +7,7 @@ then grep every text, varchar, array, tsvector and json/jsonb column of every ta
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 
 import pytest
 from django.db import connections
@@ -76,19 +75,6 @@ def _hard_forget(api, story: dict, **body) -> dict:  # noqa: ANN001, ANN003
     return api.post("memory/forget", {
         "id": node["nodeId"], "expectedRevision": node["revision"], "mode": "hard",
         "reason": f"please forget {MARKER}", "explicitUserIntent": True, **body})
-
-
-@pytest.fixture
-def committed(django_capture_on_commit_callbacks):  # noqa: ANN001, ANN201
-    """Run a block's after-commit work and the background work it queued (extraction, embeddings)."""
-
-    @contextmanager
-    def block() -> Iterator[None]:
-        with django_capture_on_commit_callbacks(execute=True):
-            yield
-        drain_background()
-
-    return block
 
 
 @pytest.fixture

@@ -6,8 +6,6 @@ shown on the card page and filterable in Django admin.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -16,7 +14,6 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from ekko_site.inprocess import drain_background
 from memory.models import MemoryReadEvent
 from memory.pipeline import tasks
 from memory.services.reads import node_reads_write, read_events_sweep
@@ -37,19 +34,6 @@ def api(client, tenant_a):  # noqa: ANN001
 
 
 @pytest.fixture
-def after_commit(django_capture_on_commit_callbacks):  # noqa: ANN001, ANN201
-    """Run the requests' on-commit work and the background task it queued (the read batch)."""
-
-    @contextmanager
-    def block() -> Iterator[None]:
-        with django_capture_on_commit_callbacks(execute=True):
-            yield
-        drain_background()
-
-    return block
-
-
-@pytest.fixture
 def cards(api) -> list[str]:  # noqa: ANN001
     results = write(api, create(cilantro()), create(cilantro(itemKey="葱", valueJson="葱", title="不吃葱",
                                                                content="不要葱")))["results"]
@@ -62,9 +46,9 @@ def _reads(tenant, **filters) -> list[tuple[str, str, str]]:  # noqa: ANN001, AN
         return [(str(r.node_id), r.endpoint, r.actor) for r in rows]
 
 
-def test_every_read_endpoint_files_the_cards_it_handed_out(api, cards, tenant_a, after_commit):
+def test_every_read_endpoint_files_the_cards_it_handed_out(api, cards, tenant_a, committed):
     first, second = cards
-    with after_commit():
+    with committed():
         api.post("memory/search", {"userId": "alice", "queryText": "香菜 葱", "all": True})
         api.post("memory/get", {"key": "avoid_ingredient:香菜", "userId": "alice"})
         api.get(f"memory/nodes/{second}")
@@ -85,8 +69,8 @@ def test_every_read_endpoint_files_the_cards_it_handed_out(api, cards, tenant_a,
 
 
 def test_writes_failures_and_other_tenants_file_no_reads(api, cards, tenant_a, tenant_b, client,
-                                                         after_commit):
-    with after_commit():
+                                                         committed):
+    with committed():
         write(api, create(cilantro(itemKey="蒜", valueJson="蒜", title="不吃蒜", content="不要蒜")))
         api.get("memory/nodes/00000000-0000-0000-0000-000000000000", expect=404, code="not_found")
         api_for(client, tenant_b).get(f"memory/nodes/{cards[0]}", expect=404, code="not_found")
@@ -94,8 +78,8 @@ def test_writes_failures_and_other_tenants_file_no_reads(api, cards, tenant_a, t
     assert _reads(tenant_b) == []
 
 
-def test_one_request_is_one_insert_whatever_the_number_of_cards(api, cards, after_commit):
-    with CaptureQueriesContext(connection) as queries, after_commit():
+def test_one_request_is_one_insert_whatever_the_number_of_cards(api, cards, committed):
+    with CaptureQueriesContext(connection) as queries, committed():
         found = api.post("memory/search", {"userId": "alice", "queryText": "香菜 葱", "all": True})
     assert len(found["exact"] + found["relevant"]) == 2
     insert = 'INSERT INTO "memory_memoryreadevent"'
@@ -103,12 +87,12 @@ def test_one_request_is_one_insert_whatever_the_number_of_cards(api, cards, afte
     assert len(inserts) == 1
 
 
-def test_a_broker_outage_writes_the_batch_at_once(api, cards, tenant_a, monkeypatch, after_commit):
+def test_a_broker_outage_writes_the_batch_at_once(api, cards, tenant_a, monkeypatch, committed):
     def broker_down(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         raise ConnectionError("broker unreachable")
 
     monkeypatch.setattr(tasks.record_reads, "delay", broker_down)
-    with after_commit():
+    with committed():
         api.get(f"memory/nodes/{cards[0]}")
     assert [endpoint for _, endpoint, _ in _reads(tenant_a)] == ["memory/nodes/{id}"]
 
@@ -129,12 +113,12 @@ def test_the_sweep_deletes_reads_past_the_retention_in_every_tenant(tenant_a, te
     assert read_events_sweep(now=now) == 0
 
 
-def test_the_card_page_says_who_read_it_this_week(api, cards, client, tenant_a, after_commit):
-    with after_commit():
+def test_the_card_page_says_who_read_it_this_week(api, cards, client, tenant_a, committed):
+    with committed():
         for _ in range(3):
             api.get(f"memory/nodes/{cards[0]}")
     client.force_login(get_user_model().objects.get(username="alice"))
-    with after_commit():
+    with committed():
         page = client.get(f"/memories/{cards[0]}/")
     assert page.status_code == 200
     text = page.content.decode()
@@ -145,8 +129,8 @@ def test_the_card_page_says_who_read_it_this_week(api, cards, client, tenant_a, 
 
 
 def test_admin_filters_reads_by_tenant_actor_endpoint_and_date(api, cards, client, tenant_a, tenant_b,
-                                                               after_commit):
-    with after_commit():
+                                                               committed):
+    with committed():
         api.get(f"memory/nodes/{cards[0]}")
         api.post("memory/get", {"key": "avoid_ingredient:香菜", "userId": "alice"})
     node_reads_write(tenant_id=tenant_b.pk, node_ids=[cards[1]], endpoint="context", actor="api_key:other",
