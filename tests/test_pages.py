@@ -838,3 +838,25 @@ def test_every_page_string_has_a_chinese_translation_in_the_compiled_catalog():
         expected = entry.get("msgstr") or entry.get("msgstr[0]")
         found = catalog._catalog.get(msgid) or catalog._catalog.get((msgid, 0))
         assert found == expected, f"django.mo is stale for {entry['msgid']!r}: run msgfmt on django.po"
+
+
+def test_erasing_on_the_page_can_take_the_conversation_with_it(team):
+    """"Also erase the conversation": the evidence message goes with a hard forget, and only with one."""
+    from memory.models import MemoryMessage
+
+    tenant, alice = team["tenant"], team["users"]["alice"]
+    node = remember(tenant, alice, item="花生", title="不吃花生", content="用户对花生过敏",
+                    said="我对花生过敏，记住")
+    evidence = list(node.source_message_ids)
+    client = signed_in("alice")
+    page = client.get(f"/memories/{node.pk}/forget/").content.decode()
+    assert 'name="purge_evidence"' in page
+    soft = client.post(f"/memories/{node.pk}/forget/", {
+        "mode": "soft", "purge_evidence": "on", "reason": "r", "expected_revision": "1"})
+    assert soft.status_code == 400 and node_state(tenant, node.pk).status == NodeStatus.ACTIVE
+    response = client.post(f"/memories/{node.pk}/forget/", {
+        "mode": "hard", "purge_evidence": "on", "reason": "r", "expected_revision": "1"})
+    assert response.status_code == 303, response.content.decode()[:400]
+    with tenant_context(tenant):
+        assert not MemoryNode.objects.filter(pk=node.pk).exists()
+        assert not MemoryMessage.objects.filter(message_id__in=evidence).exists()

@@ -166,6 +166,7 @@ FORGET_MODES = [
 
 class ForgetForm(forms.Form):
     mode = forms.ChoiceField(choices=FORGET_MODES, initial="soft", widget=forms.RadioSelect, label=_("How"))
+    purge_evidence = forms.BooleanField(required=False, label=_("Also erase the conversation it came from"))
     reason = forms.CharField(max_length=500, label=_("Why?"), initial=_("I asked to forget this"))
     expected_revision = forms.IntegerField(min_value=1, widget=forms.HiddenInput)
 
@@ -175,6 +176,7 @@ class BulkForgetForm(forms.Form):
 
     target = forms.MultipleChoiceField(required=True, label=_("Memories"))
     mode = forms.ChoiceField(choices=FORGET_MODES, initial="soft", widget=forms.RadioSelect, label=_("How"))
+    purge_evidence = forms.BooleanField(required=False, label=_("Also erase the conversation it came from"))
     reason = forms.CharField(max_length=500, label=_("Why?"), initial=_("I asked to forget these"))
     confirmed = forms.BooleanField(required=False, widget=forms.HiddenInput)
 

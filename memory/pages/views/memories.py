@@ -88,6 +88,7 @@ def memory_bulk_forget(request: HttpRequest, access: PageAccess) -> HttpResponse
                 reason=form.cleaned_data["reason"],
                 explicit_user_intent=True,
                 mode=form.cleaned_data["mode"],
+                purge_evidence=form.cleaned_data["purge_evidence"],
                 targets=tuple(targets),
             ),
         ).forgotten
@@ -235,6 +236,7 @@ def memory_forget(request: HttpRequest, access: PageAccess, node_id: UUID) -> Ht
                 reason=form.cleaned_data["reason"],
                 explicit_user_intent=True,
                 mode=mode,
+                purge_evidence=form.cleaned_data["purge_evidence"],
                 node_id=node.pk,
                 expected_revision=form.cleaned_data["expected_revision"],
             ),
