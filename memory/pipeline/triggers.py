@@ -36,7 +36,7 @@ from django.db.models import Count, Max, Q, Sum
 
 from memory.models import Channel, ExtractionRun, ExtractionStatus, MemoryMessage, Role
 from memory.pipeline.gating import has_explicit_statement, is_trivial
-from memory.services.guards import require_workspace_reachable, require_writer
+from memory.services.guards import require_workspace_writer
 from memory.visibility import Viewer
 from tenants.context import tenant_context
 from tenants.models import Tenant
@@ -145,8 +145,7 @@ def extraction_request(*, viewer: Viewer, session_id: str, trigger: str = "api")
 
     A run writes memories, so the caller must be allowed to write into the session's workspace.
     """
-    require_writer(viewer)
-    require_workspace_reachable(viewer, viewer.workspace.pk)
+    require_workspace_writer(viewer, viewer.workspace.pk)
     with tenant_context(viewer.tenant):
         _lock_session(viewer.tenant.pk, viewer.workspace.pk, session_id)
         active = _active_run(viewer.tenant, viewer.workspace.pk, session_id)

@@ -84,8 +84,13 @@ def require_node_writable(viewer: Viewer, node: Any) -> None:
         require_acting_for(viewer, node.user_id)
 
 
+def require_workspace_writer(viewer: Viewer, workspace_id: int) -> None:
+    """Refuse a read-only caller, or a workspace outside its reach, before work that writes into it."""
+    require_writer(viewer)
+    require_workspace_reachable(viewer, workspace_id)
+
+
 def require_capture_allowed(viewer: Viewer) -> None:
     """Refuse evidence capture (messages, summaries) outside what the caller may write."""
-    require_writer(viewer)
-    require_workspace_reachable(viewer, viewer.workspace.pk)
+    require_workspace_writer(viewer, viewer.workspace.pk)
     require_acting_for(viewer, viewer.user.pk if viewer.user is not None else None)

@@ -19,12 +19,7 @@ from dataclasses import dataclass
 
 from memory.errors import MemoryServiceError
 from memory.rules.scope_policy import AGENT_WRITABLE_SCOPES
-from memory.services.guards import (
-    require_acting_for,
-    require_workspace_reachable,
-    require_write_scope,
-    require_writer,
-)
+from memory.services.guards import require_acting_for, require_workspace_writer, require_write_scope
 from memory.transfer.report import ImportError_
 from memory.transfer.selectors import members_named
 from memory.visibility import Viewer
@@ -61,8 +56,7 @@ def require_import_allowed(viewer: Viewer, workspace: Workspace) -> None:
     """Refuse the whole import for a read-only caller or a workspace outside the caller's reach."""
     if viewer.tenant.pk != workspace.tenant_id:
         raise ValueError("The importing viewer belongs to another tenant than the workspace.")
-    require_writer(viewer)
-    require_workspace_reachable(viewer, workspace.pk)
+    require_workspace_writer(viewer, workspace.pk)
 
 
 def scope_refusal(viewer: Viewer, scope: str) -> Refusal | None:
