@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
-
 from django.conf import settings
 from django.db import transaction
 from django.http import FileResponse
@@ -18,7 +16,7 @@ from memory.access import may_export, may_import, sqlite_download
 from memory.api.base import MemoryApiView
 from memory.api.views import ERRORS
 from memory.errors import Forbidden, Invalid
-from memory.transfer.sqlite_import import workspace_import_sqlite
+from memory.transfer.sqlite_import import workspace_import_upload
 
 
 class ImportUploadSerializer(serializers.Serializer):
@@ -82,10 +80,5 @@ class WorkspaceImportApi(MemoryApiView):
         if upload is None:
             raise Invalid("Send the SQLite file as the multipart field `file`.",
                           errors={"file": ["required"]})
-        with tempfile.NamedTemporaryFile(prefix="ekko-import-", suffix=".sqlite") as copy:
-            for chunk in upload.chunks():
-                copy.write(chunk)
-            copy.flush()
-            report = workspace_import_sqlite(tenant=viewer.tenant, workspace=viewer.workspace, path=copy.name,
-                                             viewer=viewer, actor=principal.actor)
+        report = workspace_import_upload(viewer=viewer, chunks=upload.chunks(), actor=principal.actor)
         return Response(report.as_json())

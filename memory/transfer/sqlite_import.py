@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from django.db import DataError, IntegrityError, transaction
@@ -111,6 +112,21 @@ def workspace_import_sqlite(
         if embed_after_commit:
             _queue_embedding(state)
     return state.report
+
+
+
+def workspace_import_upload(*, viewer: Viewer, chunks: Iterable[bytes], actor: str,
+                            user_map: Mapping[str, str] | None = None) -> ImportReport:
+    """Import an uploaded file (its chunks, as the API and the pages get them) into the viewer's workspace.
+
+    SQLite reads a path, so the upload is copied to a temporary file first; the file is gone after.
+    """
+    with tempfile.NamedTemporaryFile(prefix="ekko-import-", suffix=".sqlite") as copy:
+        for chunk in chunks:
+            copy.write(chunk)
+        copy.flush()
+        return workspace_import_sqlite(tenant=viewer.tenant, workspace=viewer.workspace, path=copy.name,
+                                       viewer=viewer, user_map=user_map, actor=actor)
 
 
 def _import_rows(state: ImportState) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from typing import Any
 
 from django.conf import settings
@@ -21,7 +20,7 @@ from memory.pages.access import PageAccess, tenant_page, wants_fragment
 from memory.pages.views.common import changed, refuse
 from memory.transfer.import_rules import parse_user_map
 from memory.transfer.report import ImportError_, ImportReport
-from memory.transfer.sqlite_import import workspace_import_sqlite
+from memory.transfer.sqlite_import import workspace_import_upload
 
 # --------------------------------------------------------------------------- workspace export / import
 
@@ -104,14 +103,9 @@ def workspace_import(request: HttpRequest, access: PageAccess) -> HttpResponse:
         )
         return render(request, template, _workspace_context(access, form=form), status=400)
     try:
-        with tempfile.NamedTemporaryFile(prefix="ekko-import-", suffix=".sqlite") as copy:
-            for chunk in upload.chunks():
-                copy.write(chunk)
-            copy.flush()
-            report = workspace_import_sqlite(
-                tenant=access.tenant, workspace=access.workspace, path=copy.name, viewer=access.viewer,
-                user_map=parse_user_map(form.user_map_lines()), actor=access.principal.actor,
-            )
+        report = workspace_import_upload(viewer=access.viewer, chunks=upload.chunks(),
+                                         user_map=parse_user_map(form.user_map_lines()),
+                                         actor=access.principal.actor)
     except ImportError_ as exc:
         context = _workspace_context(
             access,
