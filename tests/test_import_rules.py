@@ -17,10 +17,10 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from memory.api.serializers import MAX_TEXT
 from memory.errors import Forbidden
 from memory.models import MemoryAuditEvent, MemoryMessage, MemoryNode, MemorySummary
 from memory.rules import node_text
+from memory.rules.text import MAX_TEXT
 from memory.transfer import signatures
 from memory.transfer.jsonl import messages_import_jsonl
 from memory.transfer.report import ImportError_

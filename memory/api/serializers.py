@@ -10,9 +10,9 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from memory.models import Channel, NodeStatus, NodeType, Role
+from memory.rules.text import MAX_TEXT
 from tenants.models import Scope
 
-MAX_TEXT = 20_000
 SCOPES = [s.value for s in Scope]
 
 

@@ -51,6 +51,10 @@ STOP_WORDS: frozenset[str] = frozenset(
     """.split()
 )
 
+# The longest text one field may hold (a card's content or value, a message): the API's limit, and
+# what an import accepts, so a file cannot carry more than a request.
+MAX_TEXT = 20_000
+
 # Longest token kept; longer runs are hashes or base64, and PostgreSQL refuses words over 2 KB anyway.
 _MAX_TOKEN_CHARS = 100
 

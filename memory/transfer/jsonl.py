@@ -27,11 +27,10 @@ from typing import IO, Any
 from django.db import transaction
 from django.utils import timezone
 
-from memory.api.serializers import MAX_TEXT
 from memory.errors import Invalid
 from memory.models import Channel, MemoryMessage, Role
 from memory.rules.sensitive import find_sensitive_content
-from memory.rules.text import count_tokens, segment_for_search
+from memory.rules.text import MAX_TEXT, count_tokens, segment_for_search
 from memory.services import imports
 from memory.transfer.report import sensitive_detail
 from memory.transfer.selectors import members_named, workspace_in_tenant

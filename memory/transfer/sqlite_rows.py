@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 from django.conf import settings
 
-from memory.api.serializers import MAX_TEXT
 from memory.models import (
     AuditEventType,
     Channel,
@@ -25,6 +24,7 @@ from memory.models import (
     NodeType,
     Role,
 )
+from memory.rules.text import MAX_TEXT
 from memory.services.summaries import SUMMARY_LIST_FIELDS
 from memory.transfer.report import ImportError_
 from memory.transfer.sqlite_format import JSON_DECODER, json_text, vector_text
