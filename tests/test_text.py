@@ -27,6 +27,30 @@ def test_chinese_word_is_found_inside_a_sentence() -> None:
     assert set(query_terms("香菜")) <= indexed("我不吃香菜")
 
 
+def test_a_chinese_word_finds_the_longer_compound_that_contains_it() -> None:
+    # Whatever jieba makes of the compound (one unknown word, a dictionary word, single characters),
+    # the word inside it is one of the document's terms.
+    for word, compound in [
+        ("微信", "我们建了一个微信群"),
+        ("猫砂", "猫砂盆该换了"),
+        ("钉钉", "项目沟通用钉钉群"),
+        ("花椒", "做菜少放花椒油"),
+        ("飞书", "会议纪要放在飞书文档"),
+        ("猫粮", "记得买猫粮"),
+    ]:
+        assert set(query_terms(word)) & indexed(compound), (word, compound)
+
+
+def test_a_chinese_query_does_not_fall_apart_into_single_characters() -> None:
+    # 飞书 is cut into 飞 + 书 by jieba; as single characters it would match every text with 书.
+    assert query_terms("飞书") == ["飞书"]
+    assert not set(query_terms("飞书")) & indexed("我在看一本书")
+    assert not set(query_terms("微信")) & indexed("微博和短信")
+    # A lone content character stays a term (猫, 辣), and stop words still break a run.
+    assert query_terms("猫") == ["猫"]
+    assert "猫" in query_terms("我的猫")
+
+
 def test_chinese_dinner_question_shares_a_term_with_the_preference() -> None:
     # 「今晚吃什么」 must reach 「我不吃香菜」 by keyword: jieba makes "不吃", the index also keeps "吃".
     assert set(query_terms("今晚吃什么")) & indexed("我不吃香菜")

@@ -18,7 +18,7 @@ from memory.rules.text import segment_for_search
 CONTENT_FIELDS = ("value_json", "title", "content")
 # Bump when `node_search_text` or the segmentation it calls yields other tokens for the same card: files
 # exported before a bump are segmented again on import instead of trusting their stored search text.
-SEARCH_TEXT_VERSION = 2
+SEARCH_TEXT_VERSION = 3
 
 
 def _value_text(value_json: Any) -> str:

