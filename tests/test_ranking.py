@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from memory.search.ranking import (
-    KEYWORD_WEIGHT,
+    CARD_FUSION,
+    MESSAGE_FUSION,
     VECTOR_MAX_DISTANCE,
-    VECTOR_WEIGHT,
     KeywordHit,
     VectorHit,
     conflict_precedence_key,
@@ -76,7 +76,7 @@ def test_keyword_coverage_is_the_share_of_the_query_weight_a_row_contains() -> N
 # --------------------------------------------------------------------------- hybrid fusion and its guards
 
 
-def test_hybrid_drops_vector_neighbours_beyond_the_relevance_floor() -> None:
+def test_message_fusion_drops_vector_neighbours_beyond_the_relevance_floor() -> None:
     scores = hybrid_scores(
         vector=[
             VectorHit("near", 0.3),
@@ -85,7 +85,7 @@ def test_hybrid_drops_vector_neighbours_beyond_the_relevance_floor() -> None:
         ]
     )
     assert list(scores) == ["near"]
-    assert scores["near"] == pytest.approx(VECTOR_WEIGHT * (1 - 0.3 / VECTOR_MAX_DISTANCE))
+    assert scores["near"] == pytest.approx(MESSAGE_FUSION.vector_weight * (1 - 0.3 / VECTOR_MAX_DISTANCE))
 
 
 def test_hybrid_keyword_hits_on_common_words_never_swamp_a_semantic_hit() -> None:
@@ -108,7 +108,7 @@ def test_hybrid_rows_matching_in_words_and_meaning_lead() -> None:
         weights=weights,
     )
     assert list(scores) == ["both", "keyword_only", "vector_only"]
-    assert scores["keyword_only"] == pytest.approx(KEYWORD_WEIGHT)
+    assert scores["keyword_only"] == pytest.approx(MESSAGE_FUSION.keyword_weight)
 
 
 def test_hybrid_ranks_keyword_hits_by_the_weight_of_the_terms_they_contain() -> None:
@@ -123,6 +123,51 @@ def test_hybrid_ranks_keyword_hits_by_the_weight_of_the_terms_they_contain() -> 
         weights=weights,
     )
     assert list(scores) == ["rare", "two_common"]
+
+
+def test_card_fusion_keeps_every_neighbour_so_a_paraphrase_always_finds_its_card() -> None:
+    # A paraphrase shares no word with its card; its distance is beyond the message floor.
+    scores = hybrid_scores(
+        vector=[VectorHit("card", VECTOR_MAX_DISTANCE + 0.1), VectorHit("farther", 1.2)], fusion=CARD_FUSION
+    )
+    assert list(scores) == ["card", "farther"]
+
+
+def test_card_fusion_lets_a_common_word_match_lose_to_a_closer_card() -> None:
+    # The query's one common word (in 20 of 40 cards) is in a look-alike card; the card that means the
+    # query, across languages, shares no word with it but sits closer in meaning.
+    weights = term_weights(40, [20, 0])
+    scores = hybrid_scores(
+        keyword=[KeywordHit("look_alike", (True, False))],
+        vector=[VectorHit("meaning", 0.55), VectorHit("look_alike", 0.62)],
+        weights=weights,
+        fusion=CARD_FUSION,
+    )
+    assert list(scores) == ["meaning", "look_alike"]
+
+
+def test_card_fusion_lets_a_full_keyword_match_beat_a_closer_look_alike() -> None:
+    # A bare keyword (微信) matches its card in full; the vector prefers a look-alike (微博) a little.
+    weights = term_weights(40, [1])
+    scores = hybrid_scores(
+        keyword=[KeywordHit("exact", (True,))],
+        vector=[VectorHit("look_alike", 0.50), VectorHit("exact", 0.58)],
+        weights=weights,
+        fusion=CARD_FUSION,
+    )
+    assert list(scores) == ["exact", "look_alike"]
+
+
+def test_card_fusion_scores_a_keyword_hit_without_a_vector_at_the_median_distance() -> None:
+    weights = term_weights(40, [1])
+    scores = hybrid_scores(
+        keyword=[KeywordHit("not_embedded_yet", (True,))],
+        vector=[VectorHit("a", 0.4), VectorHit("b", 0.6), VectorHit("c", 0.8)],
+        weights=weights,
+        fusion=CARD_FUSION,
+    )
+    assert scores["not_embedded_yet"] == pytest.approx(CARD_FUSION.keyword_weight + (1 - 0.6))
+    assert scores["not_embedded_yet"] > scores["b"], "a keyword hit outranks the card at the same distance"
 
 
 def test_previous_turn_lends_a_share_of_its_score_to_a_relevant_reply_only() -> None:

@@ -37,6 +37,7 @@ def test_a_chinese_word_finds_the_longer_compound_that_contains_it() -> None:
         ("花椒", "做菜少放花椒油"),
         ("飞书", "会议纪要放在飞书文档"),
         ("猫粮", "记得买猫粮"),
+        ("猫", "家里有一只橘猫"),
     ]:
         assert set(query_terms(word)) & indexed(compound), (word, compound)
 
@@ -82,7 +83,7 @@ def test_english_is_lowercased_split_at_punctuation_and_stemmed_on_both_sides() 
 
 
 def test_segmentation_skips_empty_parts_and_is_deterministic() -> None:
-    assert segment_for_search("咖啡", None, "", "Tea") == "咖啡 tea"
+    assert segment_for_search("咖啡", None, "", "Tea") == "咖啡 咖 啡 tea"
     assert segment_for_search() == ""
     text = "用户说他以后都不喝咖啡了, from now on no coffee; 张三丰喜欢太极拳"
     assert len({segment_for_search(text) for _ in range(5)}) == 1

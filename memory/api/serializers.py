@@ -192,12 +192,25 @@ class OmittedSerializer(serializers.Serializer):
                                               "over_limit"])
 
 
+class SearchHitSerializer(serializers.Serializer):
+    nodeId = serializers.UUIDField()
+    score = serializers.FloatField(help_text="The fused relevance score, comparable within one answer.")
+    foundBy = serializers.ListField(child=serializers.ChoiceField(choices=["keyword", "vector"]),
+                                    help_text="The arms that returned the card.")
+    keywordCoverage = serializers.FloatField(allow_null=True, help_text=(
+        "The share of the query's term weight (BM25 idf) the card contains; null without a keyword match."))
+    vectorDistance = serializers.FloatField(allow_null=True, help_text=(
+        "Cosine distance between the query's and the card's vectors; null when either has none."))
+
+
 class SearchDiagnosticsSerializer(serializers.Serializer):
     storeStatus = serializers.CharField()
     retrievedNodeCount = serializers.IntegerField()
     omittedNodeCount = serializers.IntegerField()
     listAll = serializers.BooleanField()
     searchModes = serializers.ListField(child=serializers.CharField())
+    hits = SearchHitSerializer(many=True, required=False, help_text=(
+        "With queryText: each card of `relevant`, in order, with its score and the arms that found it."))
 
 
 class MemorySearchResultSerializer(serializers.Serializer):

@@ -112,8 +112,9 @@ def _stem(word: str) -> str:
 def _cjk_tokens(run: str, *, query: bool) -> Iterator[str]:
     """Yield the tokens of one CJK run: jieba's search-mode words, plus character bigrams.
 
-    A document also indexes every character bigram of the run, so a two-character word is found
-    inside any longer compound whatever jieba made of it (「微信」 in 「微信群」, 「猫砂」 in 「猫砂盆」).
+    A document also indexes every character and character bigram of the run, so a one- or
+    two-character word is found inside any longer compound whatever jieba made of it (「微信」 in
+    「微信群」, 「猫砂」 in 「猫砂盆」, 「猫」 in 「橘猫」).
     A query keeps jieba's words, except that a run of single characters jieba could not join (「飞书」
     cut as 飞 + 书) becomes its bigrams: one rare term instead of single characters matching everywhere.
     """
@@ -141,6 +142,9 @@ def _cjk_tokens(run: str, *, query: bool) -> Iterator[str]:
     if singles:
         yield from _single_run_terms(singles)
     if not query:
+        # Single characters too, so a lone query character finds a word holding it (猫 in 橘猫); only a
+        # query's lone character can match one, since a query joins neighbouring ones into bigrams.
+        yield from (char for char in dict.fromkeys(run) if char not in words)
         yield from (bigram for bigram in (run[i : i + 2] for i in range(len(run) - 1)) if bigram not in words)
 
 

@@ -24,7 +24,7 @@ from django.db.models import QuerySet
 from memory.models import EMBEDDING_DIM
 from memory.rules.text import query_terms, tsquery_text
 from memory.search.embeddings import embed_query
-from memory.search.ranking import KeywordHit, VectorHit, hybrid_scores, term_weights
+from memory.search.ranking import Fusion, KeywordHit, VectorHit, hybrid_scores, keyword_coverage, term_weights
 
 logger = logging.getLogger(__name__)
 
@@ -110,23 +110,39 @@ def _vector_literal(vector: Sequence[float]) -> str:
 @dataclass
 class TextCandidates:
     """What the text arms found: each query term's weight, and per candidate id which terms it
-    contains (a bit per term) and its vector distance (None when unknown)."""
+    contains (a bit per term), its vector distance (None when unknown) and whether the vector arm
+    returned it (a keyword hit's distance is measured too, but the vector arm did not find it)."""
 
     weights: list[float]
     matched: dict[Any, int] = field(default_factory=dict)
     distance: dict[Any, float | None] = field(default_factory=dict)
+    vector_found: set[Any] = field(default_factory=set)
 
-    def scores(self, term_count: int) -> dict[Any, float]:
-        """Fuse the arms under memory.search.ranking's rules; best first."""
+    def _matched_terms(self, pk: Any) -> tuple[bool, ...]:
+        mask = self.matched.get(pk, 0)
+        return tuple(bool(mask >> index & 1) for index in range(len(self.weights)))
+
+    def scores(self, fusion: Fusion) -> dict[Any, float]:
+        """Fuse the arms under `fusion` (memory.search.ranking); best first."""
         return hybrid_scores(
-            keyword=[
-                KeywordHit(pk, tuple(bool(mask >> index & 1) for index in range(term_count)))
-                for pk, mask in self.matched.items()
-                if mask
-            ],
+            keyword=[KeywordHit(pk, self._matched_terms(pk)) for pk, mask in self.matched.items() if mask],
             vector=[VectorHit(pk, gap) for pk, gap in self.distance.items() if gap is not None],
             weights=self.weights,
+            fusion=fusion,
         )
+
+    def explain(self, pk: Any, score: float) -> dict[str, Any]:
+        """Return the diagnostics of one hit: its score, the arms that found it and what each measured."""
+        found_by = ["keyword"] if self.matched.get(pk) else []
+        found_by += ["vector"] if pk in self.vector_found else []
+        distance = self.distance.get(pk)
+        coverage = keyword_coverage(self._matched_terms(pk), self.weights) if self.matched.get(pk) else None
+        return {
+            "score": round(score, 6),
+            "foundBy": found_by,
+            "keywordCoverage": None if coverage is None else round(coverage, 6),
+            "vectorDistance": None if distance is None else round(float(distance), 6),
+        }
 
 
 def text_candidates(arm_base: QuerySet, plan: TextPlan) -> TextCandidates:
@@ -190,6 +206,7 @@ def text_candidates(arm_base: QuerySet, plan: TextPlan) -> TextCandidates:
     document_frequencies = [0] * len(bits)
     matched: dict[Any, int] = {}
     distance: dict[Any, float | None] = {}
+    vector_found: set[Any] = set()
     for arm, pk, mask, row_distance, *row_frequencies in rows:
         if arm == "n":
             row_count = mask
@@ -198,8 +215,10 @@ def text_candidates(arm_base: QuerySet, plan: TextPlan) -> TextCandidates:
             matched[pk], distance[pk], document_frequencies = mask, row_distance, row_frequencies
         else:
             distance[pk] = row_distance
+            vector_found.add(pk)
     return TextCandidates(
-        weights=term_weights(row_count or 0, document_frequencies), matched=matched, distance=distance
+        weights=term_weights(row_count or 0, document_frequencies), matched=matched, distance=distance,
+        vector_found=vector_found,
     )
 
 

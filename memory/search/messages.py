@@ -23,7 +23,7 @@ from memory.search.hybrid import (
     text_candidates,
     text_plan,
 )
-from memory.search.ranking import with_previous_turns
+from memory.search.ranking import MESSAGE_FUSION, with_previous_turns
 from memory.search.retrieval import SEARCH_LIMIT_MAX
 from memory.selectors import visible_messages
 from memory.visibility import Viewer
@@ -66,7 +66,7 @@ def search_messages(
         if exclude_message_ids:
             base = base.exclude(message_id__in=list(exclude_message_ids))
         set_vector_search_width(plan)
-        scores = text_candidates(base, plan).scores(len(plan.terms))
+        scores = text_candidates(base, plan).scores(MESSAGE_FUSION)
         best = list(scores)[: max(CONTEXT_CANDIDATES, 2 * limit)]
         scores = with_previous_turns(scores, _previous_turns(base, best))
         winners = list(scores)[:limit]

@@ -15,11 +15,16 @@ weak its match), which was measured here to lower cross-language recall below ve
   weighted by its BM25 inverse document frequency in the searched rows. A hit on a word that most
   rows contain ("the", "user", 他, 的, or a speaker's name) covers almost nothing; stop words never
   become terms at all (memory.rules.text.query_terms);
-- a vector hit scores its *closeness*, `1 - distance / VECTOR_MAX_DISTANCE`; neighbours beyond the
-  distance floor are not hits;
-- the fused score is `KEYWORD_WEIGHT * coverage + VECTOR_WEIGHT * closeness`, so a row that matches
-  the whole query in words and in meaning leads, and one sharing only a common word cannot outrank
-  a close semantic neighbour.
+- a vector hit scores its *closeness*, `1 - distance / max_distance`;
+- the fused score is `keyword_weight * coverage ** power + vector_weight * closeness` (`Fusion`),
+  so a row that matches the whole query in words and in meaning leads, and one sharing only a
+  common word cannot outrank a close semantic neighbour.
+
+The two kinds of rows weigh the arms differently, because the arms are not equally good on them:
+evidence messages (`MESSAGE_FUSION`) are led by keywords and drop neighbours beyond a distance
+floor; memory cards (`CARD_FUSION`) are led by the vector's similarity, keep every neighbour (a
+paraphrase that shares no word with its card still finds it) and square the coverage, so only a
+match on most of the query's weight moves a card far.
 
 Messages are turns of a conversation, and a reply often carries the answer to what the turn before
 it asked ("Did you run the charity race?" / "Yes! Last Saturday."), so `with_previous_turns` lends each
@@ -29,6 +34,7 @@ turn a share of its predecessor's score (measured on LoCoMo dev: see bench/READM
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -37,11 +43,12 @@ from typing import Any, TypeVar
 from memory.rules.confidence import LOW_CONFIDENCE_OMIT_BELOW
 
 __all__ = [
-    "KEYWORD_WEIGHT",
+    "CARD_FUSION",
+    "MESSAGE_FUSION",
     "PREVIOUS_TURN_WEIGHT",
     "SCOPE_PRECEDENCE",
     "VECTOR_MAX_DISTANCE",
-    "VECTOR_WEIGHT",
+    "Fusion",
     "KeywordHit",
     "VectorHit",
     "conflict_group",
@@ -64,9 +71,35 @@ K = TypeVar("K", bound=Hashable)
 # vector weights of 0.2-0.4 score within half a point of each other (bench/README.md).
 VECTOR_MAX_DISTANCE = 0.8
 
-# The fused score of a row: KEYWORD_WEIGHT * coverage + VECTOR_WEIGHT * closeness, both in [0, 1].
-KEYWORD_WEIGHT = 0.7
-VECTOR_WEIGHT = 0.3
+
+@dataclass(frozen=True)
+class Fusion:
+    """How one kind of searched row adds its two arms up.
+
+    A row scores `keyword_weight * coverage ** coverage_power + vector_weight * closeness`, where
+    closeness is `1 - distance / max_distance`. With `keep_far` False a neighbour at or beyond
+    `max_distance` is no hit; with it True every neighbour the vector arm returns is a candidate (its
+    closeness may fall below zero), so a query always gets the nearest rows back.
+    """
+
+    keyword_weight: float
+    vector_weight: float
+    max_distance: float
+    coverage_power: float = 1.0
+    keep_far: bool = False
+
+
+# Evidence messages: conversation turns, where words carry the answer and the vector arm alone finds
+# a third of what keywords find (LoCoMo dev R@10 34 vs 68). Coverage leads; the vector arm reorders.
+MESSAGE_FUSION = Fusion(keyword_weight=0.7, vector_weight=0.3, max_distance=VECTOR_MAX_DISTANCE)
+
+# Memory cards: one curated statement each, which the embedder ranks well by itself (across languages
+# and paraphrases, where a card shares no word with the question). The vector's similarity leads and
+# every neighbour counts; keyword coverage is squared, so a row holding all of the query's rare words
+# (a name, 微信) moves up decisively while one sharing a common word barely moves (bench/README.md,
+# memory_search_quality.py).
+CARD_FUSION = Fusion(keyword_weight=0.15, vector_weight=1.0, max_distance=1.0, coverage_power=2.0,
+                     keep_far=True)
 
 # The share of the previous turn's fused score that a message inherits.
 PREVIOUS_TURN_WEIGHT = 0.5
@@ -119,27 +152,38 @@ def hybrid_scores(
     keyword: Iterable[KeywordHit] = (),
     vector: Iterable[VectorHit] = (),
     weights: Sequence[float] = (),
-    max_distance: float = VECTOR_MAX_DISTANCE,
-    keyword_weight: float = KEYWORD_WEIGHT,
-    vector_weight: float = VECTOR_WEIGHT,
+    fusion: Fusion = MESSAGE_FUSION,
 ) -> dict[Any, float]:
     """Return fused scores (best first) of keyword and vector candidates, as the module note says.
 
     `weights` are the query terms' weights (`term_weights`), in the order of `KeywordHit.matched`.
-    Keyword hits that contain no term and vector hits at or beyond `max_distance` are ignored; items
-    absent from the result are not relevant. Exact ties keep first-seen order (keyword hits first).
+    `vector` holds the distance of every candidate that has a vector, found by either arm. Keyword
+    hits that contain no term are ignored, and so are vector hits at or beyond the fusion's
+    `max_distance` unless it keeps far ones; items absent from the result are not relevant. When far
+    neighbours count, a keyword hit without a vector (not embedded yet) is scored at the median
+    distance of the others, so it is neither favoured nor buried. Exact ties keep first-seen order
+    (keyword hits first).
     """
     scores: dict[Any, float] = {}
     for hit in keyword:
         coverage = keyword_coverage(hit.matched, weights)
         if coverage > 0:
-            scores[hit.item] = scores.get(hit.item, 0.0) + keyword_weight * coverage
-    if max_distance > 0:
-        for hit in vector:
-            if hit.distance is None or not hit.distance < max_distance:
-                continue
-            closeness = min(1.0, 1.0 - hit.distance / max_distance)
-            scores[hit.item] = scores.get(hit.item, 0.0) + vector_weight * closeness
+            keyword_score = fusion.keyword_weight * coverage**fusion.coverage_power
+            scores[hit.item] = scores.get(hit.item, 0.0) + keyword_score
+    if fusion.max_distance <= 0:
+        return dict(sorted(scores.items(), key=lambda pair: -pair[1]))
+    distances: dict[Any, float] = {}
+    for hit in vector:
+        if hit.distance is None or not (fusion.keep_far or hit.distance < fusion.max_distance):
+            continue
+        distances[hit.item] = hit.distance
+    if fusion.keep_far and distances:
+        typical = statistics.median(distances.values())
+        for item in scores:
+            distances.setdefault(item, typical)
+    for item, distance in distances.items():
+        closeness = min(1.0, 1.0 - distance / fusion.max_distance)
+        scores[item] = scores.get(item, 0.0) + fusion.vector_weight * closeness
     return dict(sorted(scores.items(), key=lambda pair: -pair[1]))
 
 

@@ -22,6 +22,10 @@ Semantics chosen where API.md is silent:
   same nodes, ranked by relevance). `all`, a list-all phrase, or a query with neither structured
   fields nor text enumerates every visible node (`listAll: true`).
 - A query text made only of stop words has no topic: neither text arm runs and nothing is relevant.
+- Any other query text gets the nearest cards back even when no word matches (cards keep every
+  vector neighbour: ranking.CARD_FUSION), so `relevant` is empty only when no visible card has a
+  vector or a matching word. `diagnostics.hits` gives each relevant card, in order, its fused
+  score, the arms that found it (`foundBy`), its keyword coverage and its vector distance.
 - The text arms rank active cards (and expired ones with `includeExpired`); superseded revisions are
   reported in `omitted` only by structured and list-all queries, soft-forgotten cards never.
 - Candidate sets are bounded, so `omitted` reports what the bounded candidate set held.
@@ -41,13 +45,14 @@ from memory.models import HEAVY_FIELDS, MemoryNode, NodeStatus
 from memory.rules.queries import is_list_all_query
 from memory.search.hybrid import (
     NOT_EMBEDDED,
+    TextCandidates,
     TextPlan,
     search_modes,
     set_vector_search_width,
     text_candidates,
     text_plan,
 )
-from memory.search.ranking import is_expired, resolve_conflicts
+from memory.search.ranking import CARD_FUSION, is_expired, resolve_conflicts
 from memory.selectors import category_q, key_q, value_json_q
 from memory.services.maintenance import node_access_record
 from memory.visibility import Viewer, visible_nodes_q
@@ -202,6 +207,7 @@ def search_nodes(
     text_statuses = [NodeStatus.ACTIVE, NodeStatus.EXPIRED] if query.include_expired else [NodeStatus.ACTIVE]
     rows: list[MemoryNode] = []
     scores: dict[Any, float] = {}
+    found: TextCandidates | None = None
     with tenant_context(viewer.tenant):
         visible = MemoryNode.objects.filter(visible_nodes_q(viewer, query.scopes)).filter(
             _structured_q(query)
@@ -212,7 +218,7 @@ def search_nodes(
         if plan.runs:
             set_vector_search_width(plan)
             found = text_candidates(base.filter(status__in=text_statuses), plan)
-            scores = found.scores(len(plan.terms))
+            scores = found.scores(CARD_FUSION)
             wanted = Q(pk__in=list(scores))
             if enumerated is not None:
                 wanted |= Q(pk__in=enumerated.values("pk")[:cap])
@@ -248,6 +254,9 @@ def search_nodes(
         "listAll": list_all,
         "searchModes": modes,
     }
+    if found is not None:
+        result.diagnostics["hits"] = [{"nodeId": str(node.pk), **found.explain(node.pk, scores[node.pk])}
+                                      for node in result.relevant]
     if record_access:
         node_access_record(tenant=viewer.tenant, node_ids=[node.pk for node in result.nodes])
     return result
