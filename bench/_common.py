@@ -1,12 +1,18 @@
-"""Shared bench plumbing: a separate database on the embedded server, Django setup, machine facts, percentiles."""
+"""Shared bench plumbing: a separate database on the embedded server, Django setup, machine facts,
+percentiles, a gunicorn subprocess with a JSON client, and the wait for background vectors."""
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import platform
+import socket
 import statistics
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +51,8 @@ def machine() -> str:
         memory = "?"
     cpu = platform.processor() or platform.machine()
     try:
-        model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+        model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                     if line.startswith("model name"))
     except (OSError, StopIteration):
         model = cpu
     return f"{os.cpu_count()} cores ({model}), {memory} RAM, {platform.system()} {platform.release()}, " \
@@ -67,3 +74,81 @@ def git_revision() -> str:
         return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True).strip()
     except (OSError, subprocess.CalledProcessError):
         return "?"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(port: int, workers: int) -> subprocess.Popen:
+    """Start gunicorn on `port` against the bench database and return once it listens."""
+    env = {**os.environ, "EKKO_DATABASE_NAME": BENCH_DATABASE, "EKKO_RATE_LIMIT": "1000000/min",
+           "DJANGO_ALLOWED_HOSTS": "127.0.0.1", "EKKO_LOG_LEVEL": os.environ.get("EKKO_LOG_LEVEL", "WARNING")}
+    server = subprocess.Popen(
+        [str(ROOT / ".venv/bin/gunicorn"), "ekko_site.wsgi", "--bind", f"127.0.0.1:{port}", "--workers",
+         str(workers), "--timeout", "300", "--log-level", "warning"], cwd=ROOT, env=env)
+    for _ in range(600):
+        if server.poll() is not None:
+            raise RuntimeError(f"gunicorn exited with code {server.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return server
+        except OSError:
+            time.sleep(0.1)
+    server.terminate()
+    raise RuntimeError("gunicorn did not start listening within 60 s")
+
+
+class Client:
+    """One keep-alive connection to the bench server's `/api/v1/`, timing each request in ms."""
+
+    def __init__(self, port: int, key: str) -> None:
+        self.port = port
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        self.headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+
+    def get(self, path: str) -> float:
+        started = time.perf_counter()
+        self.conn.request("GET", f"/api/v1/{path}", headers=self.headers)
+        response = self.conn.getresponse()
+        response.read()
+        if response.status >= 400:
+            raise RuntimeError(f"GET {path} answered {response.status}")
+        return (time.perf_counter() - started) * 1000
+
+    def post(self, path: str, body: dict) -> tuple[float, dict]:
+        payload = json.dumps(body, ensure_ascii=False).encode()
+        started = time.perf_counter()
+        self.conn.request("POST", f"/api/v1/{path}", body=payload, headers=self.headers)
+        response = self.conn.getresponse()
+        data = response.read()
+        elapsed = (time.perf_counter() - started) * 1000
+        if response.status >= 400:
+            raise RuntimeError(f"POST {path} answered {response.status}: {data[:500]!r}")
+        return elapsed, json.loads(data)
+
+
+def wait_for_vectors(count_missing: Callable[[], int], *, what: str, limit_seconds: float = 600) -> float:
+    """Poll `count_missing` until it is 0; embed stragglers in-process after a 20 s stall; return seconds."""
+    from memory.services.embeddings import embed_missing
+
+    started = time.perf_counter()
+    last, stalled_since = None, time.perf_counter()
+    while True:
+        missing = count_missing()
+        if missing == 0:
+            return time.perf_counter() - started
+        if missing != last:
+            last, stalled_since = missing, time.perf_counter()
+            print(f"  waiting for {missing} {what} vector(s)", file=sys.stderr, flush=True)
+        elif time.perf_counter() - stalled_since > 20:
+            # No worker is draining the queue (a broker without a worker, or vectors from another model):
+            # catch up the way the periodic sweep would.
+            print(f"  {missing} vector(s) stalled; embedding them in-process", file=sys.stderr, flush=True)
+            while embed_missing(limit_per_tenant=5000):
+                pass
+        if time.perf_counter() - started > limit_seconds:
+            raise RuntimeError(f"{missing} {what}(s) still have no vector after {limit_seconds:.0f}s.")
+        time.sleep(0.5)

@@ -19,19 +19,26 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import http.client
 import json
 import os
 import signal
-import socket
-import subprocess
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._common import BENCH_DATABASE, ROOT, git_revision, machine, percentiles, setup_django  # noqa: E402
+from bench._common import (  # noqa: E402
+    ROOT,
+    Client,
+    free_port,
+    git_revision,
+    machine,
+    percentiles,
+    setup_django,
+    start_server,
+    wait_for_vectors,
+)
 
 DEFAULT_BENCH = ROOT.parent / "shared" / "bench" / "locomo_dev.json"
 KS = (5, 10, 20)
@@ -46,39 +53,6 @@ def surface_form(message: dict) -> str:
     if message.get("image_caption"):
         text += f' and shared {message["image_caption"]}'
     return text
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Client:
-    def __init__(self, port: int, key: str) -> None:
-        self.port = port
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-        self.headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-
-    def get(self, path: str) -> float:
-        started = time.perf_counter()
-        self.conn.request("GET", f"/api/v1/{path}", headers=self.headers)
-        response = self.conn.getresponse()
-        response.read()
-        if response.status >= 400:
-            raise RuntimeError(f"GET {path} answered {response.status}")
-        return (time.perf_counter() - started) * 1000
-
-    def post(self, path: str, body: dict) -> tuple[float, dict]:
-        payload = json.dumps(body, ensure_ascii=False).encode()
-        started = time.perf_counter()
-        self.conn.request("POST", f"/api/v1/{path}", body=payload, headers=self.headers)
-        response = self.conn.getresponse()
-        data = response.read()
-        elapsed = (time.perf_counter() - started) * 1000
-        if response.status >= 400:
-            raise RuntimeError(f"POST {path} answered {response.status}: {data[:500]!r}")
-        return elapsed, json.loads(data)
 
 
 # --------------------------------------------------------------------------- data in the bench database
@@ -154,30 +128,6 @@ def extraction_runs(tenant) -> dict[str, int]:  # noqa: ANN001
         rows = (ExtractionRun.objects.filter(tenant=tenant, workspace__name__startswith="locomo ")
                 .values("status").annotate(n=Count("pk")))
         return {row["status"]: row["n"] for row in rows}
-
-
-def wait_for_vectors(tenant) -> float:  # noqa: ANN001
-    """Poll until every embeddable message has its vector; embed stragglers in-process after a stall."""
-    from memory.services.embeddings import embed_missing
-
-    started = time.perf_counter()
-    last, stalled_since = None, time.perf_counter()
-    while True:
-        missing = missing_vectors(tenant)
-        if missing == 0:
-            return time.perf_counter() - started
-        if missing != last:
-            last, stalled_since = missing, time.perf_counter()
-            print(f"  waiting for {missing} vector(s)", file=sys.stderr, flush=True)
-        elif time.perf_counter() - stalled_since > 20:
-            # No worker is draining the queue (a broker without a worker, or vectors from another model):
-            # catch up the way the periodic sweep would.
-            print(f"  {missing} vector(s) stalled; embedding them in-process", file=sys.stderr, flush=True)
-            while embed_missing(limit_per_tenant=5000):
-                pass
-        if time.perf_counter() - started > EMBED_WAIT_SECONDS:
-            raise RuntimeError(f"{missing} message(s) still have no vector after {EMBED_WAIT_SECONDS}s.")
-        time.sleep(0.5)
 
 
 def ingest(client: Client, bench: dict) -> tuple[dict[str, int], float, list[float]]:
@@ -267,24 +217,6 @@ def table(rows: list[dict], names: dict[str, str], title: str) -> str:
 # --------------------------------------------------------------------------- main
 
 
-def start_server(port: int, workers: int) -> subprocess.Popen:
-    env = {**os.environ, "EKKO_DATABASE_NAME": BENCH_DATABASE, "EKKO_RATE_LIMIT": "1000000/min",
-           "DJANGO_ALLOWED_HOSTS": "127.0.0.1", "EKKO_LOG_LEVEL": os.environ.get("EKKO_LOG_LEVEL", "WARNING")}
-    server = subprocess.Popen(
-        [str(ROOT / ".venv/bin/gunicorn"), "ekko_site.wsgi", "--bind", f"127.0.0.1:{port}", "--workers",
-         str(workers), "--timeout", "300", "--log-level", "warning"], cwd=ROOT, env=env)
-    for _ in range(600):
-        if server.poll() is not None:
-            raise RuntimeError(f"gunicorn exited with code {server.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return server
-        except OSError:
-            time.sleep(0.1)
-    server.terminate()
-    raise RuntimeError("gunicorn did not start listening within 60 s")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -312,7 +244,7 @@ def main() -> None:
           f"({provider.dimensions}-d), broker: {settings.CELERY_BROKER_URL}", flush=True)
 
     workspaces = existing_workspaces(tenant, bench) if args.reuse else None
-    port = _free_port()
+    port = free_port()
     server = start_server(port, args.workers)
     try:
         client = Client(port, api_key_create(tenant=tenant, name="locomo bench").raw_key)
@@ -321,7 +253,8 @@ def main() -> None:
         if workspaces is None:
             drop_workspaces(tenant)
             workspaces, ingest_seconds, captures = ingest(client, bench)
-        embed_seconds = wait_for_vectors(tenant)
+        embed_seconds = wait_for_vectors(lambda: missing_vectors(tenant), what="message",
+                                         limit_seconds=EMBED_WAIT_SECONDS)
         runs_after_ingest = extraction_runs(tenant)
         questions = [q for c in bench["conversations"] for q in c["qa"]]
         for item in questions[:WARMUP_QUERIES]:  # connections, plan caches, the query encoder

@@ -1,0 +1,137 @@
+"""The bilingual quality bench's data file (bench/data/bilingual_cards.json) holds what the bench promises.
+
+Pure checks, no database or server: every default kind has cards, each card fits its kind (and would be
+created, not supersede another card), ids resolve, the query types meet their minimums in both
+languages, paraphrase queries share no query term with their relevant cards, and compound queries find
+their word only inside the longer words they name. bench/memory_search_quality.py runs the data.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from functools import cache
+
+import pytest
+
+from bench.memory_search_quality import DEFAULT_DATA, QUERY_TYPES, load_bench, paraphrase_overlaps
+from memory.rules.item_keys import canonical_key
+from memory.rules.kinds import DEFAULT_KINDS
+from memory.rules.sensitive import find_sensitive_node_content
+from memory.rules.text import query_terms
+from memory.rules.values import normalize_value, validate_value
+
+MIN_CARDS = 130
+MIN_QUERIES = 64
+MIN_PER_TYPE = 15
+MIN_PER_TYPE_AND_LANGUAGE = 7
+MIN_HARD_NEGATIVE_PAIRS = 15
+MIN_COMPOUND_QUERIES = 5
+
+
+@cache
+def bench() -> dict:
+    return load_bench(DEFAULT_DATA)
+
+
+def cards() -> dict[str, dict]:
+    return {card["id"]: card for card in bench()["cards"]}
+
+
+def card_text(card: dict) -> str:
+    value = card.get("valueJson")
+    return " ".join(str(part) for part in (card["title"], card["content"], card.get("itemKey") or "",
+                                           value if isinstance(value, str) else repr(value)))
+
+
+def test_every_default_kind_has_cards_in_a_balanced_pool() -> None:
+    kinds = Counter(card["kind"] for card in bench()["cards"])
+    assert set(DEFAULT_KINDS) <= set(kinds), f"add cards of {sorted(set(DEFAULT_KINDS) - set(kinds))}"
+    assert len(bench()["cards"]) >= MIN_CARDS
+    languages = Counter(card["lang"] for card in bench()["cards"])
+    assert set(languages) == {"zh", "en"}
+    assert abs(languages["zh"] - languages["en"]) <= len(bench()["cards"]) // 10, languages
+
+
+def test_ids_and_titles_are_unique() -> None:
+    ids = [card["id"] for card in bench()["cards"]] + [query["id"] for query in bench()["queries"]]
+    assert len(ids) == len(set(ids)), [item for item, n in Counter(ids).items() if n > 1]
+    titles = Counter(card["title"] for card in bench()["cards"])  # the bench maps stored cards by title
+    assert max(titles.values()) == 1, [title for title, n in titles.items() if n > 1]
+
+
+@pytest.mark.parametrize("card", bench()["cards"], ids=lambda card: card["id"])
+def test_card_fits_its_kind(card: dict) -> None:
+    spec = DEFAULT_KINDS[card["kind"]]
+    assert bool(card.get("itemKey")) == spec.itemized, "itemized kinds need an itemKey, the others none"
+    validate_value(spec, normalize_value(spec, card.get("valueJson")))
+    assert card["lang"] in ("zh", "en")
+    refused = find_sensitive_node_content(title=card["title"], content=card["content"],
+                                          item_key=card.get("itemKey"), value_json=card.get("valueJson"))
+    assert refused is None, f"the write would be refused: {refused}"
+    assert card.get("scope", spec.default_scope) in ("user", "workspace", "session")
+
+
+def test_no_two_cards_share_a_slot() -> None:
+    # Two cards in one slot would supersede each other on write (or lose a conflict in search).
+    keys = Counter(canonical_key(DEFAULT_KINDS[card["kind"]], card.get("itemKey"))
+                   for card in bench()["cards"])
+    assert max(keys.values()) == 1, [key for key, n in keys.items() if n > 1]
+
+
+def test_queries_meet_the_minimums_per_type_and_language() -> None:
+    queries = bench()["queries"]
+    assert len(queries) >= MIN_QUERIES
+    by_type = Counter(query["type"] for query in queries)
+    assert set(by_type) == set(QUERY_TYPES), by_type
+    for query_type in QUERY_TYPES:
+        assert by_type[query_type] >= MIN_PER_TYPE, (query_type, by_type[query_type])
+        languages = Counter(query["lang"] for query in queries if query["type"] == query_type)
+        assert min(languages["zh"], languages["en"]) >= MIN_PER_TYPE_AND_LANGUAGE, (query_type, languages)
+
+
+@pytest.mark.parametrize("query", bench()["queries"], ids=lambda query: query["id"])
+def test_query_labels_resolve(query: dict) -> None:
+    assert query["relevant"], "every query needs at least one relevant card"
+    assert set(query["relevant"]) <= set(cards()), sorted(set(query["relevant"]) - set(cards()))
+    assert {cards()[card_id]["lang"] for card_id in query["relevant"]} == {query["cardLang"]}
+    assert (query["lang"] != query["cardLang"]) == (query["type"] == "cross_language")
+    if query["type"] == "keyword":
+        words = query["text"].split() if query["lang"] == "en" else [query["text"]]
+        assert len(words) <= 3 and len(query["text"]) <= 30, "a keyword query is 1-3 words"
+
+
+def test_paraphrase_queries_share_no_term_with_their_cards() -> None:
+    assert paraphrase_overlaps(bench()) == {}
+
+
+def test_shared_terms_are_detected() -> None:
+    # The check itself must see a shared term: append each relevant card's title to its query.
+    leaky = [{**query, "text": f"{query['text']} {cards()[query['relevant'][0]]['title']}"}
+             for query in bench()["queries"] if query["type"] == "paraphrase"]
+    copy = {**bench(), "queries": leaky}
+    assert set(paraphrase_overlaps(copy)) == {query["id"] for query in copy["queries"]}
+
+
+def test_compound_queries_find_their_word_only_inside_longer_words() -> None:
+    compound_queries = [query for query in bench()["queries"] if query.get("compounds")]
+    assert len(compound_queries) >= MIN_COMPOUND_QUERIES
+    for query in compound_queries:
+        assert query_terms(query["text"]) == [query["text"]], "a compound query is one bare word"
+        for compound in query["compounds"]:
+            assert query["text"] in compound and query["text"] != compound
+        for card_id in query["relevant"]:
+            text = card_text(cards()[card_id])
+            assert query["text"] in text, (query["id"], card_id)
+            rest = re.sub("|".join(map(re.escape, query["compounds"])), " ", text)
+            assert query["text"] not in rest, f"{card_id} says {query['text']} outside {query['compounds']}"
+
+
+def test_hard_negative_pairs_are_distinct_cards_and_tested_by_queries() -> None:
+    pairs = bench()["hardNegatives"]
+    assert len(pairs) >= MIN_HARD_NEGATIVE_PAIRS
+    relevant = {card_id for query in bench()["queries"] for card_id in query["relevant"]}
+    for pair in pairs:
+        first, second = pair["cards"]
+        assert first != second and {first, second} <= set(cards()), pair
+        assert {first, second} & relevant, f"no query asks for either card of {pair}"
