@@ -226,6 +226,21 @@ EKKO_EMBEDDING_BASE_URL = os.environ.get("EKKO_EMBEDDING_BASE_URL", "")
 EKKO_EMBEDDING_MODEL = os.environ.get("EKKO_EMBEDDING_MODEL", "")
 EKKO_EMBEDDING_API_KEY = os.environ.get("EKKO_EMBEDDING_API_KEY", "")
 EKKO_EMBEDDING_TIMEOUT = float(os.environ.get("EKKO_EMBEDDING_TIMEOUT", "30"))
+# Optional reranker (memory/search/rerank.py): a Cohere-style or TEI `/rerank` endpoint reorders the best
+# EKKO_RERANK_TOP_N candidates of a text search; off while EKKO_RERANK_BASE_URL is empty.
+EKKO_RERANK_BASE_URL = os.environ.get("EKKO_RERANK_BASE_URL", "")
+EKKO_RERANK_MODEL = os.environ.get("EKKO_RERANK_MODEL", "")
+EKKO_RERANK_API_KEY = os.environ.get("EKKO_RERANK_API_KEY", "")
+EKKO_RERANK_STYLE = os.environ.get("EKKO_RERANK_STYLE", "cohere").strip().lower()
+EKKO_RERANK_TIMEOUT = float(os.environ.get("EKKO_RERANK_TIMEOUT", "5"))
+EKKO_RERANK_TOP_N = env_int("EKKO_RERANK_TOP_N", 30)
+if EKKO_RERANK_STYLE not in {"cohere", "tei"}:
+    raise ImproperlyConfigured(
+        f"EKKO_RERANK_STYLE must be 'cohere' (Cohere, Jina, vLLM, Infinity, LiteLLM) or 'tei' "
+        f"(Hugging Face text-embeddings-inference), got {EKKO_RERANK_STYLE!r}."
+    )
+if EKKO_RERANK_TOP_N < 2 or EKKO_RERANK_TIMEOUT <= 0:
+    raise ImproperlyConfigured("EKKO_RERANK_TOP_N must be at least 2, EKKO_RERANK_TIMEOUT above 0 seconds.")
 # Extraction and summaries after a turn (memory/pipeline/runs.py); an LLM when EKKO_LLM_BASE_URL is set.
 EKKO_LLM_BASE_URL = os.environ.get("EKKO_LLM_BASE_URL", "")
 EKKO_LLM_MODEL = os.environ.get("EKKO_LLM_MODEL", "")

@@ -14,6 +14,15 @@ from memory.rules.text import MAX_TEXT
 from tenants.models import Scope
 
 SCOPES = [s.value for s in Scope]
+# What a search ran (diagnostics.searchModes): memory/search may report only these.
+SEARCH_MODES = ["structured", "list_all", "keyword", "vector", "rerank"]
+
+
+def _search_modes() -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.ChoiceField(choices=SEARCH_MODES),
+        help_text="What ran: structured filters, list-all, the keyword and vector arms, and `rerank` when "
+                  "the configured reranker (EKKO_RERANK_BASE_URL) reordered the best candidates.")
 
 
 def _strings(max_length: int = 200, **kwargs) -> serializers.ListField:
@@ -112,7 +121,7 @@ class MessageSearchSerializer(serializers.Serializer):
 
 class DiagnosticsSerializer(serializers.Serializer):
     storeStatus = serializers.CharField(required=False)
-    searchModes = serializers.ListField(child=serializers.CharField())
+    searchModes = _search_modes()
 
 
 class MessageHitSerializer(serializers.Serializer):
@@ -208,7 +217,7 @@ class SearchDiagnosticsSerializer(serializers.Serializer):
     retrievedNodeCount = serializers.IntegerField()
     omittedNodeCount = serializers.IntegerField()
     listAll = serializers.BooleanField()
-    searchModes = serializers.ListField(child=serializers.CharField())
+    searchModes = _search_modes()
     hits = SearchHitSerializer(many=True, required=False, help_text=(
         "With queryText: each card of `relevant`, in order, with its score and the arms that found it."))
 

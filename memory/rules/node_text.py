@@ -1,9 +1,10 @@
 """What a card says, as text: its search text and the content test that makes a rewrite a noop.
 
 `node_search_text` is the one definition of what the keyword index reads for a card (title,
-content, value, itemKey, tags and entities, Chinese segmented). `same_content` is the one test of
+content, value, itemKey, tags and entities, Chinese segmented); `node_plain_text` is what a reader
+such as a reranker reads (title, content and value as written). `same_content` is the one test of
 DESIGN rule 2: a write into an occupied slot whose value, title and content equal the occupant's is
-a noop; anything else supersedes it. Both take plain values, so writers of every kind (API,
+a noop; anything else supersedes it. All take plain values, so writers of every kind (API,
 extraction, imports) call them on whatever they hold.
 """
 
@@ -32,6 +33,16 @@ def node_search_text(*, title: str | None, content: str | None, value_json: Any,
     """Return the segmented text the keyword index of a card reads."""
     return segment_for_search(title, content, _value_text(value_json), item_key, " ".join(tags),
                               " ".join(entities))
+
+
+def node_plain_text(*, title: str | None, content: str | None, value_json: Any) -> str:
+    """Return a card's title, content and value as written, one per line, without repeats or blanks."""
+    parts: list[str] = []
+    for part in (title, content, _value_text(value_json)):
+        part = (part or "").strip()
+        if part and part not in parts:
+            parts.append(part)
+    return "\n".join(parts)
 
 
 def content_signature(card: Mapping[str, Any] | object) -> tuple[str, Any, Any]:

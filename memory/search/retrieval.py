@@ -53,6 +53,7 @@ from memory.search.hybrid import (
     text_plan,
 )
 from memory.search.ranking import CARD_FUSION, is_expired, resolve_conflicts
+from memory.search.rerank import rerank_cards
 from memory.selectors import category_q, key_q, value_json_q
 from memory.services.maintenance import node_access_record
 from memory.visibility import Viewer, visible_nodes_q
@@ -230,6 +231,7 @@ def search_nodes(
     kept, dropped = resolve_conflicts(
         pool, now=now, group_by_owner=viewer.whole_tenant, include_expired=query.include_expired
     )
+    scores = rerank_cards(text, scores, kept, modes)
 
     def relevance_key(node: MemoryNode) -> tuple:
         return (-scores.get(node.pk, 0.0), *_structured_sort_key(node, now))
