@@ -16,15 +16,15 @@ weak its match), which was measured here to lower cross-language recall below ve
   rows contain ("the", "user", 他, 的, or a speaker's name) covers almost nothing; stop words never
   become terms at all (memory.rules.text.query_terms);
 - a vector hit scores its *closeness*, `1 - distance / max_distance`;
-- the fused score is `keyword_weight * coverage ** power + vector_weight * closeness` (`Fusion`),
+- the fused score is `keyword_weight * coverage + vector_weight * closeness` (`Fusion`),
   so a row that matches the whole query in words and in meaning leads, and one sharing only a
   common word cannot outrank a close semantic neighbour.
 
 The two kinds of rows weigh the arms differently, because the arms are not equally good on them:
 evidence messages (`MESSAGE_FUSION`) are led by keywords and drop neighbours beyond a distance
 floor; memory cards (`CARD_FUSION`) are led by the vector's similarity, keep every neighbour (a
-paraphrase that shares no word with its card still finds it) and square the coverage, so only a
-match on most of the query's weight moves a card far.
+paraphrase that shares no word with its card still finds it) and count only the coverage beyond
+half of the query's weight, so a match on an incidental word never moves a card.
 
 Messages are turns of a conversation, and a reply often carries the answer to what the turn before
 it asked ("Did you run the charity race?" / "Yes! Last Saturday."), so `with_previous_turns` lends each
@@ -76,8 +76,9 @@ VECTOR_MAX_DISTANCE = 0.8
 class Fusion:
     """How one kind of searched row adds its two arms up.
 
-    A row scores `keyword_weight * coverage ** coverage_power + vector_weight * closeness`, where
-    closeness is `1 - distance / max_distance`. With `keep_far` False a neighbour at or beyond
+    A row scores `keyword_weight * kept + vector_weight * closeness`, where closeness is
+    `1 - distance / max_distance` and `kept` is the keyword coverage beyond `coverage_floor`, rescaled
+    to [0, 1] (the whole coverage when the floor is 0). With `keep_far` False a neighbour at or beyond
     `max_distance` is no hit; with it True every neighbour the vector arm returns is a candidate (its
     closeness may fall below zero), so a query always gets the nearest rows back.
     """
@@ -85,8 +86,12 @@ class Fusion:
     keyword_weight: float
     vector_weight: float
     max_distance: float
-    coverage_power: float = 1.0
+    coverage_floor: float = 0.0
     keep_far: bool = False
+
+    def keyword_score(self, coverage: float) -> float:
+        kept = (coverage - self.coverage_floor) / (1.0 - self.coverage_floor)
+        return self.keyword_weight * max(0.0, kept)
 
 
 # Evidence messages: conversation turns, where words carry the answer and the vector arm alone finds
@@ -95,10 +100,12 @@ MESSAGE_FUSION = Fusion(keyword_weight=0.7, vector_weight=0.3, max_distance=VECT
 
 # Memory cards: one curated statement each, which the embedder ranks well by itself (across languages
 # and paraphrases, where a card shares no word with the question). The vector's similarity leads and
-# every neighbour counts; keyword coverage is squared, so a row holding all of the query's rare words
-# (a name, 微信) moves up decisively while one sharing a common word barely moves (bench/README.md,
-# memory_search_quality.py).
-CARD_FUSION = Fusion(keyword_weight=0.15, vector_weight=1.0, max_distance=1.0, coverage_power=2.0,
+# every neighbour counts. A keyword match counts only for the part of its coverage beyond half the
+# query's weight: a card holding the query's rare words (a name, 微信) moves up decisively, while one
+# sharing an incidental word with a paraphrase does not move at all. Measured on two bilingual card
+# sets (bench/README.md, memory_search_quality.py): floors of 0.4-0.6 and weights of 0.15-0.3 score
+# the same.
+CARD_FUSION = Fusion(keyword_weight=0.2, vector_weight=1.0, max_distance=1.0, coverage_floor=0.5,
                      keep_far=True)
 
 # The share of the previous turn's fused score that a message inherits.
@@ -168,8 +175,7 @@ def hybrid_scores(
     for hit in keyword:
         coverage = keyword_coverage(hit.matched, weights)
         if coverage > 0:
-            keyword_score = fusion.keyword_weight * coverage**fusion.coverage_power
-            scores[hit.item] = scores.get(hit.item, 0.0) + keyword_score
+            scores[hit.item] = scores.get(hit.item, 0.0) + fusion.keyword_score(coverage)
     if fusion.max_distance <= 0:
         return dict(sorted(scores.items(), key=lambda pair: -pair[1]))
     distances: dict[Any, float] = {}

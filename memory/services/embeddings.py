@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Sequence
 
 from django.db import connections
@@ -16,7 +17,7 @@ from django.db.models import Q
 from django.db.models.functions import Length
 
 from memory.models import Channel, MemoryMessage, MemoryNode
-from memory.search.embeddings import get_provider
+from memory.search.embeddings import EmbeddingProvider, get_provider
 from tenants.context import tenant_context
 from tenants.models import Tenant
 
@@ -32,6 +33,27 @@ def node_embedding_text(node: MemoryNode) -> str:
     return "\n".join(part for part in (node.title, node.content, value_text) if part)
 
 
+def node_vectors(provider: EmbeddingProvider, nodes: Sequence[MemoryNode]) -> list[list[float]]:
+    """Return each card's vector: the normalised sum of its whole text's and its statement's vectors.
+
+    A title is a label ("不吃花椒") and the statement says it in full; weighting the statement twice
+    lets a paraphrase or a question in the other language find the card more often, without losing
+    the title's words (bench/README.md, memory_search_quality.py). One embed call for all views.
+    """
+    views = [[node_embedding_text(node)] for node in nodes]
+    for node, texts in zip(nodes, views, strict=True):
+        if node.content and node.content.strip() and node.content != texts[0]:
+            texts.append(node.content)
+    flat = provider.embed([text for texts in views for text in texts])
+    vectors, start = [], 0
+    for texts in views:
+        parts, start = flat[start:start + len(texts)], start + len(texts)
+        summed = [math.fsum(column) for column in zip(*parts, strict=True)]
+        norm = math.sqrt(math.fsum(value * value for value in summed)) or 1.0
+        vectors.append([value / norm for value in summed])
+    return vectors
+
+
 def nodes_embed(*, tenant_id: int, node_ids: Sequence[str]) -> int:
     """Compute vectors for the given nodes with the configured provider; return how many were stored."""
     provider = get_provider()
@@ -42,8 +64,7 @@ def nodes_embed(*, tenant_id: int, node_ids: Sequence[str]) -> int:
                          .only("id", "title", "content", "value_json"))
             if not nodes:
                 continue
-            vectors = provider.embed([node_embedding_text(n) for n in nodes])
-            for node, vector in zip(nodes, vectors, strict=True):
+            for node, vector in zip(nodes, node_vectors(provider, nodes), strict=True):
                 node.embedding, node.embedding_model = vector, provider.model_id
             MemoryNode.objects.bulk_update(nodes, ["embedding", "embedding_model"])
             stored += len(nodes)
