@@ -42,8 +42,9 @@ DEFAULT_DATA = ROOT / "bench" / "data" / "bilingual_cards.json"
 FORMAT = "ekko-memory-search-quality/v1"
 QUERY_TYPES = ("same_language", "paraphrase", "cross_language", "keyword")
 LANGUAGE_PAIRS = ("zh→zh", "en→en", "zh→en", "en→zh")
-RANKERS = ("hybrid", "vector", "keyword")
-RANKER_LABELS = {"hybrid": "memory/search (HTTP)", "vector": "vector arm only", "keyword": "keyword arm only"}
+RANKERS = ("hybrid", "vector", "keyword", "plain")
+RANKER_LABELS = {"hybrid": "memory/search (HTTP)", "vector": "vector arm only", "keyword": "keyword arm only",
+                 "plain": "embedder, plain text"}
 LIMIT = 10
 WRITE_BATCH = 50  # the API takes at most 100 operations per request
 WARMUP_QUERIES = 10
@@ -214,14 +215,44 @@ def rank_by_keywords(viewer, text: str) -> list[str]:  # noqa: ANN001
     """Rank the viewer's active cards by the keyword arm alone (term coverage, no vector)."""
     from memory.models import HEAVY_FIELDS
     from memory.search.hybrid import text_candidates, text_plan
+    from memory.search.ranking import Fusion
     from tenants.context import tenant_context
 
     plan = text_plan(text, None)
     if not plan.runs:
         return []
     with tenant_context(viewer.tenant):
-        scores = text_candidates(active_cards(viewer).defer(*HEAVY_FIELDS), plan).scores(len(plan.terms))
+        found = text_candidates(active_cards(viewer).defer(*HEAVY_FIELDS), plan)
+    scores = found.scores(Fusion(keyword_weight=1.0, vector_weight=0.0, max_distance=0.0))
     return [str(pk) for pk in list(scores)[:LIMIT]]
+
+
+class PlainEmbedder:
+    """The default embedder's cosine over each card's plain text (title, content, value), as an outside
+    check ranks the same cards: the baseline the stored card vectors and the hybrid must beat."""
+
+    def __init__(self, viewer) -> None:  # noqa: ANN001
+        import numpy as np
+
+        from memory.search.embeddings import get_provider
+        from memory.services.embeddings import node_embedding_text
+        from tenants.context import tenant_context
+
+        with tenant_context(viewer.tenant):
+            cards = list(active_cards(viewer).only("id", "title", "content", "value_json"))
+        self.ids = [str(card.pk) for card in cards]
+        self.matrix = np.array(get_provider().embed([node_embedding_text(card) for card in cards]))
+
+    def rank(self, text: str) -> list[str]:
+        import numpy as np
+
+        from memory.search.embeddings import embed_query
+
+        vector = embed_query(text)
+        if vector is None:
+            return []
+        order = np.argsort(-(self.matrix @ np.array(vector)), kind="stable")
+        return [self.ids[index] for index in order[:LIMIT]]
 
 
 # --------------------------------------------------------------------------- scoring
@@ -310,13 +341,14 @@ def main() -> None:
         embed_seconds = wait_for_vectors(lambda: missing_vectors(viewer), what="card")
         for query in data["queries"][:WARMUP_QUERIES]:  # connections, plan caches, the query encoder
             rank_over_http(client, workspace_id, query["text"])
+        plain = PlainEmbedder(viewer)
         load_before = os.getloadavg()[0]
         rows, latencies = [], []
         for query in data["queries"]:
             hybrid, elapsed = rank_over_http(client, workspace_id, query["text"])
             latencies.append(elapsed)
             ranked = {"hybrid": hybrid, "vector": rank_by_vector(viewer, query["text"]),
-                      "keyword": rank_by_keywords(viewer, query["text"])}
+                      "keyword": rank_by_keywords(viewer, query["text"]), "plain": plain.rank(query["text"])}
             ranked = {name: [node_cards.get(pk, pk) for pk in ids] for name, ids in ranked.items()}
             rows.append({"id": query["id"], "type": query["type"], "pair": pair(query), "text": query["text"],
                          "relevant": query["relevant"], "ranked": ranked,
