@@ -170,6 +170,17 @@ def test_card_fusion_scores_a_keyword_hit_without_a_vector_at_the_median_distanc
     assert scores["not_embedded_yet"] > scores["b"], "a keyword hit outranks the card at the same distance"
 
 
+def test_card_fusion_without_any_vector_ranks_by_the_whole_keyword_coverage() -> None:
+    # The embedder is down or nothing is embedded yet: a partial match still outranks a weaker one.
+    weights = term_weights(10, [1, 3])
+    scores = hybrid_scores(
+        keyword=[KeywordHit("one_common", (False, True)), KeywordHit("rare", (True, False))],
+        weights=weights,
+        fusion=CARD_FUSION,
+    )
+    assert list(scores) == ["rare", "one_common"] and scores["one_common"] > 0
+
+
 def test_previous_turn_lends_a_share_of_its_score_to_a_relevant_reply_only() -> None:
     scores = {"question": 0.8, "other": 0.5, "reply": 0.2}
     previous = {"reply": "question", "unrelated": "other", "first": None}

@@ -168,28 +168,35 @@ def hybrid_scores(
     hits that contain no term are ignored, and so are vector hits at or beyond the fusion's
     `max_distance` unless it keeps far ones; items absent from the result are not relevant. When far
     neighbours count, a keyword hit without a vector (not embedded yet) is scored at the median
-    distance of the others, so it is neither favoured nor buried. Exact ties keep first-seen order
-    (keyword hits first).
+    distance of the others, so it is neither favoured nor buried; with no vector at all the keyword
+    arm ranks alone, by its whole coverage. Exact ties keep first-seen order (keyword hits first).
     """
-    scores: dict[Any, float] = {}
+    coverages = {}
     for hit in keyword:
         coverage = keyword_coverage(hit.matched, weights)
         if coverage > 0:
-            scores[hit.item] = scores.get(hit.item, 0.0) + fusion.keyword_score(coverage)
-    if fusion.max_distance <= 0:
-        return dict(sorted(scores.items(), key=lambda pair: -pair[1]))
+            coverages[hit.item] = coverage
     distances: dict[Any, float] = {}
     for hit in vector:
-        if hit.distance is None or not (fusion.keep_far or hit.distance < fusion.max_distance):
+        if fusion.max_distance <= 0 or hit.distance is None:
             continue
-        distances[hit.item] = hit.distance
-    if fusion.keep_far and distances:
+        if fusion.keep_far or hit.distance < fusion.max_distance:
+            distances[hit.item] = hit.distance
+    if not distances:
+        # No vector to weigh against (no query vector, nothing embedded): the keyword arm ranks alone.
+        return _best_first({item: fusion.keyword_weight * coverage for item, coverage in coverages.items()})
+    scores = {item: fusion.keyword_score(coverage) for item, coverage in coverages.items()}
+    if fusion.keep_far:
         typical = statistics.median(distances.values())
         for item in scores:
             distances.setdefault(item, typical)
     for item, distance in distances.items():
         closeness = min(1.0, 1.0 - distance / fusion.max_distance)
         scores[item] = scores.get(item, 0.0) + fusion.vector_weight * closeness
+    return _best_first(scores)
+
+
+def _best_first(scores: Mapping[K, float]) -> dict[K, float]:
     return dict(sorted(scores.items(), key=lambda pair: -pair[1]))
 
 
