@@ -145,7 +145,9 @@ class TextCandidates:
         }
 
 
-def text_candidates(arm_base: QuerySet, plan: TextPlan) -> TextCandidates:
+def text_candidates(
+    arm_base: QuerySet, plan: TextPlan, *, vector_limit: int = VECTOR_CANDIDATES
+) -> TextCandidates:
     """Run the keyword arm, the vector arm and the row count in one statement.
 
     Keyword arm: every row that contains a query term gets one bit per term it contains, and every
@@ -153,7 +155,7 @@ def text_candidates(arm_base: QuerySet, plan: TextPlan) -> TextCandidates:
     KEYWORD_CANDIDATES rows holding the rarest terms are returned. With the searched-row count the
     frequencies give the terms' BM25 weights. Each matching row's tsvector is read once (`strip` in
     a fenced subquery): a long one lives in TOAST, and each `@@` on the raw column would fetch it
-    again. Vector arm: the nearest VECTOR_CANDIDATES neighbours (HNSW) with their distances.
+    again. Vector arm: the nearest `vector_limit` neighbours (HNSW) with their distances.
     """
     base = queryset_sql(arm_base, "id", "embedding", "search_vector")
     if base is None:
@@ -188,7 +190,7 @@ def text_candidates(arm_base: QuerySet, plan: TextPlan) -> TextCandidates:
     if vector is not None:
         parts.append(
             f"(SELECT 'v', b.id, 0, b.embedding <=> %s::vector AS distance, {nulls} FROM ({base_sql}) b"
-            f" WHERE b.embedding IS NOT NULL ORDER BY distance LIMIT {VECTOR_CANDIDATES:d})"
+            f" WHERE b.embedding IS NOT NULL ORDER BY distance LIMIT {max(1, int(vector_limit)):d})"
         )
         params += [vector, *base_params]
     count_key = (base_sql, tuple(str(param) for param in base_params))

@@ -45,6 +45,7 @@ from memory.models import HEAVY_FIELDS, MemoryNode, NodeStatus
 from memory.rules.queries import is_list_all_query
 from memory.search.hybrid import (
     NOT_EMBEDDED,
+    VECTOR_CANDIDATES,
     TextCandidates,
     TextPlan,
     search_modes,
@@ -73,6 +74,9 @@ SEARCH_LIMIT_MAX = 200
 # Structured enumeration reads a margin past `limit` so conflict losers and expired cards can still
 # be reported.
 STRUCTURED_MARGIN = 50
+# A text search loads its best `2 * limit + TEXT_MARGIN` candidates: enough for conflict losers to be
+# replaced and reported, without loading every neighbour the vector arm returned.
+TEXT_MARGIN = 10
 
 
 @dataclass
@@ -216,11 +220,14 @@ def search_nodes(
         base = visible.exclude(status=NodeStatus.DELETED).defer(*HEAVY_FIELDS)
         enumerated = base.order_by(*_structured_order(now)) if (list_all or structured) else None
         cap = limit + STRUCTURED_MARGIN
+        text_cap = 2 * limit + TEXT_MARGIN
         if plan.runs:
             set_vector_search_width(plan)
-            found = text_candidates(base.filter(status__in=text_statuses), plan)
+            # Every vector neighbour is a card candidate: ask for as many as the answer can use.
+            found = text_candidates(base.filter(status__in=text_statuses), plan,
+                                    vector_limit=min(VECTOR_CANDIDATES, text_cap))
             scores = found.scores(CARD_FUSION)
-            wanted = Q(pk__in=list(scores))
+            wanted = Q(pk__in=list(scores)[:text_cap])
             if enumerated is not None:
                 wanted |= Q(pk__in=enumerated.values("pk")[:cap])
             rows = list(MemoryNode.objects.defer(*HEAVY_FIELDS).filter(wanted))
