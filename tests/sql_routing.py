@@ -73,6 +73,8 @@ ALLOWLIST: tuple[CrossShard, ...] = (
                "retry sweep: finds the due extraction runs of every tenant, then runs each in its tenant"),
     CrossShard("memory.management.commands._workspace.resolve_workspace",
                "export/import commands: an operator names a workspace by its bare id, of any tenant"),
+    CrossShard("memory.services.embeddings.vector_columns_resize",
+               "reembed --alter-column: changes the vector columns' type and clears every row's model"),
     CrossShard("memory.search.messages._previous_turns", LEAD_TODO),
     CrossShard("tests", "the tests' own look at the database (assertions, raw SQL that proves row-level "
                "security); the application sends none of these", sender_only=True),
