@@ -1,4 +1,4 @@
-"""PostgreSQL settings from one place (ekko_site/pgconfig.py): the embedded server and docker-compose agree."""
+"""PostgreSQL settings from one place (ekko_site/pgconfig.py): the embedded server and compose agree."""
 
 from __future__ import annotations
 
@@ -20,8 +20,10 @@ from pathlib import Path
 import psycopg
 from ekko_site import embedded_db
 server = embedded_db.ensure_running(Path(sys.argv[1]))
-with psycopg.connect(host=server.socket_dir, port=server.port, user=embedded_db.OWNER_ROLE, dbname="postgres") as c:
-    print(json.dumps({name: c.execute("SELECT current_setting(%s)", [name]).fetchone()[0] for name in sys.argv[2:]}))
+with psycopg.connect(host=server.socket_dir, port=server.port, user=embedded_db.OWNER_ROLE,
+                     dbname="postgres") as c:
+    settings = {name: c.execute("SELECT current_setting(%s)", [name]).fetchone()[0] for name in sys.argv[2:]}
+print(json.dumps(settings))
 """
 
 
