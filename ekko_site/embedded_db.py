@@ -7,7 +7,9 @@ postmaster and the last one to exit stops it. On top of that this module, under
 a lock of its own, creates once per data directory what Ekko needs: the
 application database, the `vector` extension and the `ekko_app` login role the
 application connects as (non-superuser, non-owner, so row-level security
-applies to it).
+applies to it). Before every start it writes the server settings of
+`ekko_site.pgconfig` to `ekko.conf` in the data directory, which
+postgresql.conf includes: a running server takes them at its next start.
 """
 
 from __future__ import annotations
@@ -18,10 +20,14 @@ from pathlib import Path
 
 import fasteners
 
+from ekko_site import pgconfig
+
 APP_ROLE = "ekko_app"
 DATABASE_NAME = "ekko"
 OWNER_ROLE = "postgres"
 _BOOTSTRAP_MARKER = "ekko-bootstrap-v1"
+SETTINGS_FILE = "ekko.conf"
+_INCLUDE = f"include_if_exists = '{SETTINGS_FILE}'"
 
 
 @dataclass(frozen=True)
@@ -45,8 +51,7 @@ def ensure_running(data_dir: Path) -> EmbeddedServer:
     with fasteners.InterProcessLock(str(data_dir.parent / "bootstrap.lock")):
         if not (data_dir / "PG_VERSION").exists():
             handle.ensure_pgdata_inited()
-            with open(data_dir / "postgresql.conf", "a", encoding="utf-8") as conf:
-                conf.write(SERVER_SETTINGS)
+        write_settings(data_dir)
     handle.start()
     info = handle.get_postmaster_info()
     server = EmbeddedServer(socket_dir=str(info.socket_dir), port=info.port or 5432)
@@ -58,14 +63,15 @@ def ensure_running(data_dir: Path) -> EmbeddedServer:
     return server
 
 
-# Tuned for the 2-core/24 GiB machines we run on; pgvector's HNSW scans are memory bound.
-SERVER_SETTINGS = """
-# --- Ekko Memory (ekko_site/embedded_db.py) ---
-shared_buffers = 1GB
-work_mem = 32MB
-maintenance_work_mem = 512MB
-max_connections = 200
-"""
+def write_settings(data_dir: Path) -> None:
+    """Write `ekko_site.pgconfig`'s settings to `data_dir`/ekko.conf, which postgresql.conf includes last."""
+    (data_dir / SETTINGS_FILE).write_text(pgconfig.conf_text(), encoding="utf-8")
+    conf = data_dir / "postgresql.conf"
+    lines = conf.read_text(encoding="utf-8").splitlines()
+    if not lines or lines[-1] != _INCLUDE:
+        # Last, so it wins over what an older bootstrap appended to the file itself.
+        kept = "\n".join(line for line in lines if line != _INCLUDE)
+        conf.write_text(f"{kept}\n{_INCLUDE}\n", encoding="utf-8")
 
 
 def _bootstrap(server: EmbeddedServer) -> None:

@@ -12,7 +12,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
 from memory.rules import scope_policy
-from tenants.context import ALL_TENANTS, require_tenant_id
+from tenants.context import ALL_TENANTS, current_tenant_id, require_tenant_id
 
 
 class Tenant(models.Model):
@@ -38,12 +38,30 @@ class TenantScopedManager(models.Manager):
         return queryset.filter(tenant_id=tenant_id)
 
 
+class AllTenantsManager(models.Manager):
+    """`Model.all_tenants`, also the base manager (what `save()`, related access and cascades query).
+
+    It has no tenant wall of its own: in `all_tenants_context()`, or with no tenant bound, it reads
+    every row the database lets it see. With a tenant bound it names that tenant in the SQL as
+    well. Row-level security hides the other tenants' rows already; saying so lets Django's own
+    queries by primary key (an UPDATE on save, a foreign key followed, a cascade) be routed to one
+    shard (docs/scale-out.md).
+    """
+
+    def get_queryset(self) -> models.QuerySet:
+        queryset = super().get_queryset()
+        tenant_id = current_tenant_id()
+        if tenant_id is None or tenant_id == ALL_TENANTS:
+            return queryset
+        return queryset.filter(tenant_id=tenant_id)
+
+
 class TenantOwnedModel(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
 
     objects = TenantScopedManager()
     # The loud bypass: reads every tenant. Allowed callers are listed in docs/tenancy.md.
-    all_tenants = models.Manager()
+    all_tenants = AllTenantsManager()
 
     class Meta:
         abstract = True

@@ -134,16 +134,22 @@ def api_key_authenticate(raw_key: str) -> ApiKey | None:
     """Return the active key matching `raw_key` (recording its use), or None."""
     if not raw_key.startswith(KEY_PREFIX):
         return None
+    api_key = _api_key_by_hash(hash_api_key(raw_key))
+    if api_key is not None:
+        now = timezone.now()
+        if api_key.last_used_at is None or (now - api_key.last_used_at).total_seconds() > 60:
+            with tenant_context(api_key.tenant):
+                ApiKey.objects.filter(tenant=api_key.tenant, pk=api_key.pk).update(last_used_at=now)
+            api_key.last_used_at = now
+    return api_key
+
+
+def _api_key_by_hash(key_hash: str) -> ApiKey | None:
+    """Return the active key with `key_hash`, of whichever tenant (with its tenant and workspace)."""
     # The tenant is what we are trying to learn here, so this lookup runs across tenants.
     with all_tenants_context():
-        api_key = (
+        return (
             ApiKey.all_tenants.select_related("tenant", "workspace")
-            .filter(key_hash=hash_api_key(raw_key), revoked_at__isnull=True)
+            .filter(key_hash=key_hash, revoked_at__isnull=True)
             .first()
         )
-        if api_key is not None:
-            now = timezone.now()
-            if api_key.last_used_at is None or (now - api_key.last_used_at).total_seconds() > 60:
-                ApiKey.all_tenants.filter(pk=api_key.pk).update(last_used_at=now)
-                api_key.last_used_at = now
-    return api_key

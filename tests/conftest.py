@@ -9,6 +9,9 @@ from django.db import connections
 
 from tests.factories import make_tenant
 
+# Every statement the suite sends to a tenant table must name its tenant (docs/scale-out.md).
+pytest_plugins = ["tests.sql_routing"]
+
 
 @pytest.fixture(scope="session")
 def django_db_setup(request, django_test_environment, django_db_blocker, django_db_keepdb):  # noqa: ANN001
@@ -19,7 +22,9 @@ def django_db_setup(request, django_test_environment, django_db_blocker, django_
     verbosity = request.config.option.verbose
     with django_db_blocker.unblock():
         original_name = owner.settings_dict["NAME"]
-        owner.creation.create_test_db(verbosity=verbosity, autoclobber=True, keepdb=django_db_keepdb)
+        # No test asks for `serialized_rollback`: skip the copy of every table made for it.
+        owner.creation.create_test_db(verbosity=verbosity, autoclobber=True, keepdb=django_db_keepdb,
+                                      serialize=False)
         app.creation.set_as_test_mirror(owner.settings_dict)
         app.close()
         with owner.cursor() as cursor:

@@ -38,8 +38,10 @@ def celery_worker(queue: str, extra_env: dict[str, str] | None = None) -> Iterat
     env.pop("DATABASE_URL", None)
     log = open(ROOT / ".ekko" / f"worker-{queue}.log", "w")  # noqa: SIM115 - closed below
     worker = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "ekko_site", "worker", "--pool", "solo", "--queues", queue,
-         "--loglevel", "INFO", "--without-heartbeat", "--without-mingle", "--without-gossip"],
+        # Through the SQL routing check (tests/sql_routing.py), which reports what the worker sends.
+        [sys.executable, "-m", "tests.sql_routing", "-A", "ekko_site", "worker", "--pool", "solo",
+         "--queues", queue, "--loglevel", "INFO", "--without-heartbeat", "--without-mingle",
+         "--without-gossip"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         yield worker

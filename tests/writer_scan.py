@@ -1,7 +1,7 @@
 """Find the places in a module that write memory rows: the engine of the writer tripwire (test_structure).
 
-A write is a call of a write method (`create`, `bulk_create`, `bulk_update`, `save`, `update`,
-`delete`, `get_or_create`, `update_or_create`) on something rooted in a memory model — the model
+A write is a call of a write method (`create`, `bulk_create`, `bulk_update`, `save`, `update`, `delete`,
+`_raw_delete`, `get_or_create`, `update_or_create`) on something rooted in a memory model — the model
 class, its managers and querysets, an instance, or a name or attribute bound to one of those — or
 raw SQL that inserts into, updates, deletes from or COPYs into a memory table. The analysis is
 deliberately simple and flow-insensitive: it follows assignments, loops, `with` targets,
@@ -16,7 +16,8 @@ from collections.abc import Iterable
 
 MEMORY_MODELS = frozenset({"MemoryMessage", "MemorySummary", "MemoryNode", "MemoryAuditEvent", "MemoryKind"})
 WRITE_METHODS = frozenset({
-    "create", "bulk_create", "bulk_update", "save", "update", "delete", "get_or_create", "update_or_create"})
+    "create", "bulk_create", "bulk_update", "save", "update", "delete", "_raw_delete", "get_or_create",
+    "update_or_create"})
 MANAGERS = frozenset({"objects", "all_tenants", "_default_manager", "_base_manager"})
 # Builtins that hand back (part of) what they were given.
 PASS_THROUGH = frozenset({"list", "tuple", "sorted", "reversed", "next", "iter", "set"})

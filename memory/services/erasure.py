@@ -87,7 +87,7 @@ def nodes_erase(*, viewer: Viewer, nodes: list[MemoryNode], purge_evidence: bool
     messages = summaries = 0
     if purge_evidence:
         summaries, messages = _evidence_purge(viewer, evidence)
-    deleted, _by_model = MemoryNode.objects.filter(tenant=tenant, pk__in=list(everything)).delete()
+    deleted = _nodes_delete(viewer, list(everything))
 
     removed = {
         MemoryNode._meta.db_table: deleted,
@@ -108,6 +108,19 @@ def nodes_erase(*, viewer: Viewer, nodes: list[MemoryNode], purge_evidence: bool
     )
     return Erasure(derived_ids=derived_ids, receipt=ErasureReceipt(
         id=event.pk, removed=removed, created_at=event.created_at, digest=event.digest))
+
+
+def _nodes_delete(viewer: Viewer, ids: list[UUID]) -> int:
+    """Delete the cards `ids` of the viewer's tenant; return how many went.
+
+    Django's cascade would clear the cards' two self-references (`parent`, `supersedes`) and then
+    delete by primary key alone; done here for the tenant, every statement names it and can be
+    routed to one shard (docs/scale-out.md). A new foreign key to a card fails the DELETE loudly.
+    """
+    nodes = MemoryNode.objects.filter(tenant=viewer.tenant)
+    nodes.filter(parent_id__in=ids).update(parent=None)
+    nodes.filter(supersedes_id__in=ids).update(supersedes=None)
+    return nodes.filter(pk__in=ids)._raw_delete(nodes.db)
 
 
 def _with_older_revisions(viewer: Viewer, nodes: dict[UUID, MemoryNode]) -> dict[UUID, MemoryNode]:

@@ -23,7 +23,8 @@ from tenants.services import ApiKeyError, api_key_create, api_key_revoke
 def _keys_context(access: PageAccess, form: forms.ApiKeyForm, **extra: Any) -> dict[str, Any]:
     keys = list(
         ApiKey.objects.filter(tenant=access.tenant)
-        .select_related("workspace", "created_by")
+        # The pin's workspace is fetched for the tenant, not joined by id alone (docs/scale-out.md).
+        .select_related("created_by").prefetch_related("workspace")
         .order_by("revoked_at", "-created_at")
     )
     for key in keys:
