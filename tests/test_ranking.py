@@ -1,5 +1,5 @@
-"""Pure ranking rules: term weights, hybrid fusion and its guards, conversation context and conflict
-precedence (DESIGN rule 8), no database."""
+"""Pure ranking rules: term weights, hybrid fusion and its guards and conflict precedence (DESIGN
+rule 8), no database."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from memory.search.ranking import (
     keyword_coverage,
     resolve_conflicts,
     term_weights,
-    with_previous_turns,
 )
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
@@ -168,15 +167,6 @@ def test_card_fusion_scores_a_keyword_hit_without_a_vector_at_the_median_distanc
     )
     assert scores["not_embedded_yet"] == pytest.approx(CARD_FUSION.keyword_weight + (1 - 0.6))
     assert scores["not_embedded_yet"] > scores["b"], "a keyword hit outranks the card at the same distance"
-
-
-def test_previous_turn_lends_a_share_of_its_score_to_a_relevant_reply_only() -> None:
-    scores = {"question": 0.8, "other": 0.5, "reply": 0.2}
-    previous = {"reply": "question", "unrelated": "other", "first": None}
-    boosted = with_previous_turns(scores, previous, weight=0.5)
-    assert boosted == pytest.approx({"question": 0.8, "reply": 0.6, "other": 0.5})
-    assert list(boosted) == ["question", "reply", "other"], "the reply passes `other`; `unrelated` stays out"
-    assert with_previous_turns(scores, {"question": "question"}) == scores, "a turn never lends to itself"
 
 
 # --------------------------------------------------------------------------- conflict precedence

@@ -2,8 +2,8 @@
 
 Runs the text arms of memory.search.hybrid over the messages the viewer may read
 (memory.selectors.visible_messages), looks up where the candidates sit in their conversations (one
-statement: each candidate's session and whether it asks a question, the turns around the best ones),
-reorders them under memory.search.conversation's rules (question turns, previous and next turn,
+statement: each candidate's session and whether it asks a question, the turn after each of the best
+ones), reorders them under memory.search.conversation's rules (question turns, previous turn,
 session), hands them to the optional reranker (memory.search.rerank) and loads only the winners.
 Reads only.
 """
@@ -18,7 +18,7 @@ from django.db import connection
 from django.db.models import QuerySet
 
 from memory.models import HEAVY_FIELDS, Channel, MemoryMessage
-from memory.search.conversation import QUESTION_TAIL_CHARS, Neighbours, conversation_scores, is_question
+from memory.search.conversation import QUESTION_TAIL_CHARS, Lender, conversation_scores, is_question
 from memory.search.hybrid import (
     NOT_EMBEDDED,
     queryset_sql,
@@ -35,8 +35,8 @@ from memory.visibility import Viewer
 from tenants.context import tenant_context
 
 MESSAGE_LIMIT_DEFAULT = 20
-# The best this many candidates (or twice the limit) lend their score to the turns around them and
-# make their session's strength; a turn further down lends too little to count.
+# The best this many candidates (or twice the limit) lend their score to the turn after them and make
+# their session's strength; a turn further down lends too little to count.
 CONTEXT_CANDIDATES = 50
 
 
@@ -54,8 +54,8 @@ def search_messages(
 
     Hybrid keyword + vector search with the same fusion as memory cards, plus conversation context
     (memory.search.conversation): a question ranks below a statement as relevant, a turn gains part of
-    the score of the turns before and after it and of its session's best turns, and the reply to a
-    matching question comes back even when it shares no word with the query. `session_id` narrows to
+    the score of the turn before it and of its session's best turns, and the reply to a matching
+    question comes back even when it shares no word with the query. `session_id` narrows to
     one conversation; sub-agent traffic only with `include_subagent` (seed 004). Scores are comparable
     within one answer only.
     """
@@ -88,40 +88,36 @@ def search_messages(
 
 @dataclass
 class _Turns:
-    """Where the candidates sit: each one's session, which ones ask, and the lenders' neighbours."""
+    """Where the candidates sit: each one's session, which ones ask, and the turn after each lender."""
 
     sessions: dict[int, str]
     questions: set[int]
-    neighbours: dict[int, Neighbours]
+    neighbours: dict[int, Lender]
 
 
 def _turns(base: QuerySet, candidate_pks: list[int], lender_pks: list[int]) -> _Turns:
-    """Return the candidates' sessions and questions, and the turns before and after each lender
-    (same session among `base`, ordered by time then id), in one statement."""
+    """Return the candidates' sessions and questions, and the turn after each lender (same session
+    among `base`, ordered by time then id), in one statement."""
     turns = _Turns(sessions={}, questions=set(), neighbours={})
     sql = queryset_sql(base, "id", "session_id", "created_at")
     if not candidate_pks or sql is None:
         return turns
     base_sql, base_params = sql
-    neighbour = (
-        "CASE WHEN c.id = ANY(%s) THEN (SELECT b.id FROM ({base}) b WHERE b.session_id = c.session_id"
-        " AND (b.created_at, b.id) {op} (c.created_at, c.id) ORDER BY b.created_at {order}, b.id {order}"
-        " LIMIT 1) END"
-    )
-    following = neighbour.format(base=base_sql, op=">", order="ASC")
-    previous = neighbour.format(base=base_sql, op="<", order="DESC")
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT c.id, c.session_id, right(c.content, {QUESTION_TAIL_CHARS:d}), {previous}, {following}"
+            f"SELECT c.id, c.session_id, right(c.content, {QUESTION_TAIL_CHARS:d}),"
+            f" CASE WHEN c.id = ANY(%s) THEN (SELECT b.id FROM ({base_sql}) b"
+            f"  WHERE b.session_id = c.session_id AND (b.created_at, b.id) > (c.created_at, c.id)"
+            f"  ORDER BY b.created_at, b.id LIMIT 1) END"
             f" FROM {MemoryMessage._meta.db_table} c WHERE c.id = ANY(%s)",
-            [lender_pks, *base_params, lender_pks, *base_params, candidate_pks],
+            [lender_pks, *base_params, candidate_pks],
         )
         rows = cursor.fetchall()
-    around: dict[int, Neighbours] = {}
-    for pk, session, tail, before, after in rows:
+    following: dict[int, Lender] = {}
+    for pk, session, tail, after in rows:
         turns.sessions[pk] = session
         if is_question(tail):
             turns.questions.add(pk)
-        around[pk] = Neighbours(session=session, previous=before, following=after)
-    turns.neighbours = {pk: around[pk] for pk in lender_pks if pk in around}  # best first: ties stay stable
+        following[pk] = Lender(session=session, following=after)
+    turns.neighbours = {pk: following[pk] for pk in lender_pks if pk in following}  # best first: stable ties
     return turns
