@@ -59,7 +59,7 @@ _QUESTION_END_RE = re.compile(r"[?？][\s\"'”’»)\]）」』]*\Z")
 
 def is_question(text: str | None) -> bool:
     """Return True when `text` ends with a question mark (ASCII or full-width), closing quotes aside."""
-    return bool(text) and _QUESTION_END_RE.search(text) is not None
+    return bool(text) and ("?" in text or "？" in text) and _QUESTION_END_RE.search(text) is not None
 
 
 @dataclass(frozen=True)

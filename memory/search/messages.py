@@ -35,6 +35,10 @@ from memory.visibility import Viewer
 from tenants.context import tenant_context
 
 MESSAGE_LIMIT_DEFAULT = 20
+# Conversation context reorders the best this many candidates of the fused ranking (or twice the
+# limit); one further down stays out. On LoCoMo dev, reordering all (~240) bought 0.3 points of R@10
+# and cost 0.9 ms of the context statement.
+RANKED_CANDIDATES = 100
 # The best this many candidates (or twice the limit) lend their score to the turn after them and make
 # their session's strength; a turn further down lends too little to count.
 CONTEXT_CANDIDATES = 50
@@ -73,11 +77,14 @@ def search_messages(
         if exclude_message_ids:
             base = base.exclude(message_id__in=list(exclude_message_ids))
         set_vector_search_width(plan)
-        scores = text_candidates(base, plan).scores(MESSAGE_FUSION)
-        lenders = list(scores)[: max(CONTEXT_CANDIDATES, 2 * limit)]
-        turns = _turns(base, list(scores), lenders)
+        fused = text_candidates(base, plan).scores(MESSAGE_FUSION)
+        ranked = list(fused)[: max(RANKED_CANDIDATES, 2 * limit)]
+        turns = _turns(base, ranked, ranked[: max(CONTEXT_CANDIDATES, 2 * limit)])
         scores = conversation_scores(
-            scores, lenders=turns.neighbours, sessions=turns.sessions, questions=turns.questions
+            {pk: fused[pk] for pk in ranked},
+            lenders=turns.neighbours,
+            sessions=turns.sessions,
+            questions=turns.questions,
         )
         scores = rerank_messages(query_text, scores, diagnostics["searchModes"])
         winners = list(scores)[:limit]
@@ -113,11 +120,13 @@ def _turns(base: QuerySet, candidate_pks: list[int], lender_pks: list[int]) -> _
             [lender_pks, *base_params, candidate_pks],
         )
         rows = cursor.fetchall()
-    following: dict[int, Lender] = {}
+    wanted = set(lender_pks)
+    lending: dict[int, Lender] = {}
     for pk, session, tail, after in rows:
         turns.sessions[pk] = session
         if is_question(tail):
             turns.questions.add(pk)
-        following[pk] = Lender(session=session, following=after)
-    turns.neighbours = {pk: following[pk] for pk in lender_pks if pk in following}  # best first: stable ties
+        if pk in wanted:
+            lending[pk] = Lender(session=session, following=after)
+    turns.neighbours = {pk: lending[pk] for pk in lender_pks if pk in lending}  # best first: stable ties
     return turns
