@@ -1,36 +1,26 @@
 """Conversation context of message search (memory.search.conversation): pure rules, no database.
 
 Each test switches off every rule but the one it checks (weight 0), so it fails without that rule.
+Which turns are questions is decided in SQL (QUESTION_END_PATTERN): see test_message_context.py.
 """
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from memory.search.conversation import Lender, conversation_scores, is_question
+from memory.search.conversation import QUESTION_END_PATTERN, Lender, conversation_scores
 
-ONLY = dict(question_weight=1.0, previous_weight=0.0, session_weight=0.0)
-
-
-def at(session: str = "s1", *, following: str | None = None) -> Lender:
-    return Lender(session=session, following=following)
+ONLY = dict(question_weight=1.0, reply_weight=0.0, session_weight=0.0)
 
 
-@pytest.mark.parametrize(
-    ("text", "asks"),
-    [
-        ("Did you run the Boston marathon?", True),
-        ('Tim said, "How long have you been surfing?"', True),
-        ("你今晚吃什么？", True),
-        ("(which one?) ", True),
-        ("Yes! Under four hours.", False),
-        ("Why? Because I love it.", False),
-        ("", False),
-        (None, False),
-    ],
-)
-def test_a_question_is_a_turn_that_ends_asking(text, asks) -> None:
-    assert is_question(text) is asks
+def at(session: str = "s1", *, reply: str | None = None) -> Lender:
+    return Lender(session=session, reply=reply)
+
+
+def test_the_question_pattern_compiles_for_python_too() -> None:
+    assert re.search(QUESTION_END_PATTERN, 'Tim said, "How long have you been surfing?"')
 
 
 def test_a_question_ranks_below_a_statement_as_relevant() -> None:
@@ -41,13 +31,13 @@ def test_a_question_ranks_below_a_statement_as_relevant() -> None:
     assert list(ranked) == ["tells", "asks"]
 
 
-def test_a_reply_gains_from_the_turn_before_it_and_a_question_brings_its_reply_along() -> None:
-    scores = {"question": 0.8, "statement": 0.6, "reply": 0.1}
-    around = {"question": at(following="answer"), "statement": at("s2", following="aside")}
+def test_the_reply_to_a_question_gains_and_comes_back_and_a_statement_lends_nothing() -> None:
+    scores = {"question": 0.8, "statement": 0.6, "reaction": 0.1}
+    around = {"question": at(reply="answer"), "statement": at("s2", reply="reaction")}
     ranked = conversation_scores(scores, lenders=around, sessions={}, questions={"question"},
-                                 **dict(ONLY, previous_weight=0.5))
-    assert ranked == pytest.approx({"question": 0.8, "statement": 0.6, "answer": 0.4, "reply": 0.1})
-    assert "aside" not in ranked, "the reply to a statement must be relevant by itself to gain"
+                                 **dict(ONLY, reply_weight=0.5))
+    assert ranked == pytest.approx({"question": 0.8, "statement": 0.6, "answer": 0.4, "reaction": 0.1})
+    assert list(ranked) == ["question", "statement", "answer", "reaction"]
 
 
 def test_a_turn_gains_from_the_best_lenders_of_its_session() -> None:
@@ -62,9 +52,10 @@ def test_a_turn_gains_from_the_best_lenders_of_its_session() -> None:
     assert list(ranked) == ["a", "b", "stray", "c", "d"]
 
 
-def test_a_turn_never_lends_to_itself_and_only_candidates_and_replies_come_back() -> None:
-    scores = {"loop": 0.5}
-    loop = {"loop": at(following="loop")}
-    ranked = conversation_scores(scores, lenders=loop, sessions={"loop": "s1"}, questions={"loop"},
-                                 **dict(ONLY, previous_weight=0.5))
-    assert ranked == {"loop": 0.5}
+def test_a_reply_joins_its_questions_session_and_a_turn_never_answers_itself() -> None:
+    scores = {"question": 0.5, "loop": 0.4}
+    around = {"question": at("s1", reply="reply"), "loop": at("s2", reply="loop")}
+    ranked = conversation_scores(scores, lenders=around, sessions={"question": "s1", "loop": "s2"},
+                                 questions={"question", "loop"}, question_weight=1.0, reply_weight=0.5,
+                                 session_weight=0.5, session_best=2)
+    assert ranked == pytest.approx({"question": 0.75, "reply": 0.5, "loop": 0.6})

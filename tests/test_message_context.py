@@ -9,8 +9,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
+from memory.search.conversation import QUESTION_END_PATTERN, QUESTION_TAIL_CHARS
 from memory.search.messages import search_messages
 from tests.memory_factories import default_workspace, make_message, make_viewer
 
@@ -38,6 +40,25 @@ def found(say, query: str) -> list:
     return [message.pk for message, _ in hits]
 
 
+@pytest.mark.parametrize(
+    ("text", "asks"),
+    [
+        ("Did you run the Boston marathon?", True),
+        ('Tim said, "How long have you been surfing?"', True),
+        ("你今晚吃什么？", True),
+        ("(which one?) ", True),
+        ("「去哪里？」", True),
+        ("Yes! Under four hours.", False),
+        ("Why? Because I love it.", False),
+        ('Mel said, "Guess what?" and shared a photo of a sunset over the lake', False),
+    ],
+)
+def test_a_question_is_a_turn_whose_tail_ends_asking(db, text, asks) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT right(%s, {QUESTION_TAIL_CHARS:d}) ~ %s", [text, QUESTION_END_PATTERN])
+        assert cursor.fetchone()[0] is asks
+
+
 def test_a_statement_ranks_above_a_newer_question_with_the_same_words(say) -> None:
     statement = say("s1", "My Lisbon trip was wonderful.")
     question = say("s2", "What was your Lisbon trip like?")
@@ -49,6 +70,14 @@ def test_the_reply_to_a_matching_question_comes_back_without_a_word_of_the_query
     reply = say("s1", "Yes! Under four hours.")
     say("s1", "We had pizza for dinner.")
     assert found(say, "Boston marathon") == [question.pk, reply.pk], "the turn after the reply stays out"
+
+
+def test_the_turn_after_a_statement_gains_nothing_from_it(say) -> None:
+    statement = say("s1", "I painted a sunset.")
+    reaction = say("s1", "Wow, a sunset!")
+    say("s1", "We had pizza for dinner.")
+    newer = say("s1", "The sunset was red.")
+    assert found(say, "sunset") == [newer.pk, reaction.pk, statement.pk]
 
 
 def test_turns_of_a_session_about_the_query_pass_a_newer_stray_match(say) -> None:

@@ -1,10 +1,10 @@
 """`messages/search`: the evidence messages most relevant to a query, with conversation context.
 
 Runs the text arms of memory.search.hybrid over the messages the viewer may read
-(memory.selectors.visible_messages), looks up where the candidates sit in their conversations (one
-statement: each candidate's session and whether it asks a question, the turn after each of the best
-ones), reorders them under memory.search.conversation's rules (question turns, previous turn,
-session), hands them to the optional reranker (memory.search.rerank) and loads only the winners.
+(memory.selectors.visible_messages), looks up where the best candidates sit in their conversations
+(one statement: each one's session, whether it asks a question, and the reply to each of the best
+questions), reorders them under memory.search.conversation's rules (questions ask, replies answer,
+sessions cluster), hands them to the optional reranker (memory.search.rerank) and loads only the winners.
 Reads only.
 """
 
@@ -18,7 +18,7 @@ from django.db import connection
 from django.db.models import QuerySet
 
 from memory.models import HEAVY_FIELDS, Channel, MemoryMessage
-from memory.search.conversation import QUESTION_TAIL_CHARS, Lender, conversation_scores, is_question
+from memory.search.conversation import QUESTION_END_PATTERN, QUESTION_TAIL_CHARS, Lender, conversation_scores
 from memory.search.hybrid import (
     NOT_EMBEDDED,
     queryset_sql,
@@ -39,8 +39,8 @@ MESSAGE_LIMIT_DEFAULT = 20
 # limit); one further down stays out. On LoCoMo dev, reordering all (~240) bought 0.3 points of R@10
 # and cost 0.9 ms of the context statement.
 RANKED_CANDIDATES = 100
-# The best this many candidates (or twice the limit) lend their score to the turn after them and make
-# their session's strength; a turn further down lends too little to count.
+# The best this many candidates (or twice the limit) lend: a question to its reply, every one to its
+# session's strength; a turn further down lends too little to count.
 CONTEXT_CANDIDATES = 50
 
 
@@ -56,11 +56,11 @@ def search_messages(
 ) -> tuple[list[tuple[MemoryMessage, float]], dict[str, Any]]:
     """Return the evidence messages of the viewer's workspace most relevant to `query_text`, best first.
 
-    Hybrid keyword + vector search with the same fusion as memory cards, plus conversation context
-    (memory.search.conversation): a question ranks below a statement as relevant, a turn gains part of
-    the score of the turn before it and of its session's best turns, and the reply to a matching
-    question comes back even when it shares no word with the query. `session_id` narrows to
-    one conversation; sub-agent traffic only with `include_subagent` (seed 004). Scores are comparable
+    Hybrid keyword + vector search (ranking.MESSAGE_FUSION), plus conversation context
+    (memory.search.conversation): a question ranks below a statement as relevant, the reply to a
+    matching question gains part of its score and comes back even when it shares no word with the
+    query, and a turn gains part of its session's best scores. `session_id` narrows to one
+    conversation; sub-agent traffic only with `include_subagent` (seed 004). Scores are comparable
     within one answer only.
     """
     limit = max(1, min(int(limit), SEARCH_LIMIT_MAX))
@@ -82,7 +82,7 @@ def search_messages(
         turns = _turns(base, ranked, ranked[: max(CONTEXT_CANDIDATES, 2 * limit)])
         scores = conversation_scores(
             {pk: fused[pk] for pk in ranked},
-            lenders=turns.neighbours,
+            lenders=turns.lenders,
             sessions=turns.sessions,
             questions=turns.questions,
         )
@@ -95,38 +95,40 @@ def search_messages(
 
 @dataclass
 class _Turns:
-    """Where the candidates sit: each one's session, which ones ask, and the turn after each lender."""
+    """Where the candidates sit: each one's session, which ones ask, and the lenders (with the reply
+    to each lending question)."""
 
     sessions: dict[int, str]
     questions: set[int]
-    neighbours: dict[int, Lender]
+    lenders: dict[int, Lender]
 
 
 def _turns(base: QuerySet, candidate_pks: list[int], lender_pks: list[int]) -> _Turns:
-    """Return the candidates' sessions and questions, and the turn after each lender (same session
-    among `base`, ordered by time then id), in one statement."""
-    turns = _Turns(sessions={}, questions=set(), neighbours={})
+    """Return the candidates' sessions and questions, and the turn after each lending question (same
+    session among `base`, ordered by time then id), in one statement."""
+    turns = _Turns(sessions={}, questions=set(), lenders={})
     sql = queryset_sql(base, "id", "session_id", "created_at")
     if not candidate_pks or sql is None:
         return turns
     base_sql, base_params = sql
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT c.id, c.session_id, right(c.content, {QUESTION_TAIL_CHARS:d}),"
-            f" CASE WHEN c.id = ANY(%s) THEN (SELECT b.id FROM ({base_sql}) b"
-            f"  WHERE b.session_id = c.session_id AND (b.created_at, b.id) > (c.created_at, c.id)"
-            f"  ORDER BY b.created_at, b.id LIMIT 1) END"
-            f" FROM {MemoryMessage._meta.db_table} c WHERE c.id = ANY(%s)",
-            [lender_pks, *base_params, candidate_pks],
+            f"SELECT q.id, q.session_id, q.asks, CASE WHEN q.asks AND q.id = ANY(%s) THEN ("
+            f"  SELECT b.id FROM ({base_sql}) b WHERE b.session_id = q.session_id"
+            f"  AND (b.created_at, b.id) > (q.created_at, q.id) ORDER BY b.created_at, b.id LIMIT 1) END"
+            f" FROM (SELECT c.id, c.session_id, c.created_at,"
+            f"  right(c.content, {QUESTION_TAIL_CHARS:d}) ~ %s AS asks"
+            f"  FROM {MemoryMessage._meta.db_table} c WHERE c.id = ANY(%s)) q",
+            [lender_pks, *base_params, QUESTION_END_PATTERN, candidate_pks],
         )
         rows = cursor.fetchall()
     wanted = set(lender_pks)
     lending: dict[int, Lender] = {}
-    for pk, session, tail, after in rows:
+    for pk, session, asks, reply in rows:
         turns.sessions[pk] = session
-        if is_question(tail):
+        if asks:
             turns.questions.add(pk)
         if pk in wanted:
-            lending[pk] = Lender(session=session, following=after)
-    turns.neighbours = {pk: lending[pk] for pk in lender_pks if pk in lending}  # best first: stable ties
+            lending[pk] = Lender(session=session, reply=reply)
+    turns.lenders = {pk: lending[pk] for pk in lender_pks if pk in lending}  # best first: stable ties
     return turns
