@@ -1,12 +1,15 @@
-"""Shared bench plumbing: a separate database on the embedded server, Django setup, machine facts, percentiles."""
+"""Shared bench plumbing: a separate database on the embedded server, Django setup, gunicorn, machine facts,
+percentiles."""
 
 from __future__ import annotations
 
 import os
 import platform
+import socket
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +48,8 @@ def machine() -> str:
         memory = "?"
     cpu = platform.processor() or platform.machine()
     try:
-        model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+        with open("/proc/cpuinfo") as cpuinfo:
+            model = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
     except (OSError, StopIteration):
         model = cpu
     return f"{os.cpu_count()} cores ({model}), {memory} RAM, {platform.system()} {platform.release()}, " \
@@ -67,3 +71,34 @@ def git_revision() -> str:
         return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True).strip()
     except (OSError, subprocess.CalledProcessError):
         return "?"
+
+
+def load_average() -> str:
+    """Return the 1/5/15-minute load averages and the core count, for printing beside a figure."""
+    one, five, fifteen = os.getloadavg()
+    return f"load {one:.2f} / {five:.2f} / {fifteen:.2f} on {os.cpu_count()} cores"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(port: int, workers: int, database: str = BENCH_DATABASE) -> subprocess.Popen:
+    """Start gunicorn (`workers` sync workers, as in production) on the bench database; wait for it to listen."""
+    env = {**os.environ, "EKKO_DATABASE_NAME": database, "EKKO_RATE_LIMIT": "1000000/min",
+           "DJANGO_ALLOWED_HOSTS": "127.0.0.1", "EKKO_LOG_LEVEL": os.environ.get("EKKO_LOG_LEVEL", "WARNING")}
+    server = subprocess.Popen(
+        [str(ROOT / ".venv/bin/gunicorn"), "ekko_site.wsgi", "--bind", f"127.0.0.1:{port}", "--workers",
+         str(workers), "--timeout", "300", "--log-level", "warning"], cwd=ROOT, env=env)
+    for _ in range(600):
+        if server.poll() is not None:
+            raise RuntimeError(f"gunicorn exited with code {server.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return server
+        except OSError:
+            time.sleep(0.1)
+    server.terminate()
+    raise RuntimeError("gunicorn did not start listening within 60 s")

@@ -23,15 +23,13 @@ import http.client
 import json
 import os
 import signal
-import socket
-import subprocess
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._common import BENCH_DATABASE, ROOT, git_revision, machine, percentiles, setup_django  # noqa: E402
+from bench._common import ROOT, free_port, git_revision, machine, percentiles, setup_django, start_server  # noqa: E402
 
 DEFAULT_BENCH = ROOT.parent / "shared" / "bench" / "locomo_dev.json"
 KS = (5, 10, 20)
@@ -46,12 +44,6 @@ def surface_form(message: dict) -> str:
     if message.get("image_caption"):
         text += f' and shared {message["image_caption"]}'
     return text
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Client:
@@ -267,24 +259,6 @@ def table(rows: list[dict], names: dict[str, str], title: str) -> str:
 # --------------------------------------------------------------------------- main
 
 
-def start_server(port: int, workers: int) -> subprocess.Popen:
-    env = {**os.environ, "EKKO_DATABASE_NAME": BENCH_DATABASE, "EKKO_RATE_LIMIT": "1000000/min",
-           "DJANGO_ALLOWED_HOSTS": "127.0.0.1", "EKKO_LOG_LEVEL": os.environ.get("EKKO_LOG_LEVEL", "WARNING")}
-    server = subprocess.Popen(
-        [str(ROOT / ".venv/bin/gunicorn"), "ekko_site.wsgi", "--bind", f"127.0.0.1:{port}", "--workers",
-         str(workers), "--timeout", "300", "--log-level", "warning"], cwd=ROOT, env=env)
-    for _ in range(600):
-        if server.poll() is not None:
-            raise RuntimeError(f"gunicorn exited with code {server.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return server
-        except OSError:
-            time.sleep(0.1)
-    server.terminate()
-    raise RuntimeError("gunicorn did not start listening within 60 s")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -312,7 +286,7 @@ def main() -> None:
           f"({provider.dimensions}-d), broker: {settings.CELERY_BROKER_URL}", flush=True)
 
     workspaces = existing_workspaces(tenant, bench) if args.reuse else None
-    port = _free_port()
+    port = free_port()
     server = start_server(port, args.workers)
     try:
         client = Client(port, api_key_create(tenant=tenant, name="locomo bench").raw_key)
