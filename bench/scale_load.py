@@ -156,11 +156,12 @@ class Step:
 FACTORS = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
 
 
-def saturation(port: int, key: str, make: RequestMaker, *, base_rate: float, seconds: float,
+def saturation(port: int, key: str, make: RequestMaker, *, base_rate: float, base_p95: float, seconds: float,
                report: Callable[[Step], None] = lambda step: None) -> list[Step]:
-    """Offer `base_rate` x FACTORS in turn until p95 is twice the first (lightest) step's; return the steps.
+    """Offer `base_rate` x FACTORS in turn until p95 exceeds twice `base_p95` (or errors appear).
 
-    Each step lasts `seconds`, or long enough for 60 requests. `base_rate` is the one-client rate.
+    `base_rate` and `base_p95` are one client's, back to back. Each step lasts `seconds`, or long enough
+    for 60 requests.
     """
     steps: list[Step] = []
     for number, factor in enumerate(FACTORS):
@@ -168,6 +169,6 @@ def saturation(port: int, key: str, make: RequestMaker, *, base_rate: float, sec
         run = open_loop(port, key, make, rate=rate, seconds=max(seconds, 60 / rate), start_index=number * 100_000)
         steps.append(Step(rate, run))
         report(steps[-1])
-        if run.stats()["p95"] > 2 * steps[0].run.stats()["p95"] or run.errors:
+        if run.stats()["p95"] > 2 * base_p95 or run.errors:
             break
     return steps
