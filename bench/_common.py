@@ -86,7 +86,8 @@ def free_port() -> int:
 
 
 def start_server(port: int, workers: int, database: str = BENCH_DATABASE) -> subprocess.Popen:
-    """Start gunicorn (`workers` sync workers, as in production) on the bench database; wait for it to listen."""
+    """Start gunicorn (`workers` sync workers, as in production) on the bench database; wait until it
+    listens."""
     env = {**os.environ, "EKKO_DATABASE_NAME": database, "EKKO_RATE_LIMIT": "1000000/min",
            "DJANGO_ALLOWED_HOSTS": "127.0.0.1", "EKKO_LOG_LEVEL": os.environ.get("EKKO_LOG_LEVEL", "WARNING")}
     server = subprocess.Popen(

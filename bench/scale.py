@@ -1,6 +1,6 @@
 """Retrieval at scale (issue 13): 1M memory cards over 201 tenants, then the agent API over HTTP under load.
 
-    .venv/bin/python bench/scale.py                       # full: seed (or top up) 1M cards + 100k messages, measure
+    .venv/bin/python bench/scale.py                       # seed (or top up) 1M cards + 100k messages, measure
     .venv/bin/python bench/scale.py --reuse               # data already seeded: measure only
     .venv/bin/python bench/scale.py --quick               # 50k cards, 24 tenants, 10k messages (smoke run)
     .venv/bin/python bench/scale.py --reuse --sections search,context,saturation
@@ -31,12 +31,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._common import free_port, git_revision, load_average, machine, setup_django, start_server  # noqa: E402
+from bench._common import (  # noqa: E402
+    free_port,
+    git_revision,
+    load_average,
+    machine,
+    setup_django,
+    start_server,
+)
 from bench.scale_corpus import Corpus  # noqa: E402
 from bench.scale_load import ApiConnection, Run, closed_loop, saturation  # noqa: E402
 
-SECTIONS = ("embed", "seed", "bulk", "search", "messages", "context", "small", "saturation", "write", "capture",
-            "statements")
+SECTIONS = ("embed", "seed", "bulk", "search", "messages", "context", "small", "saturation", "write",
+            "capture", "statements")
 WRITE_BATCH = 100  # the API's most operations (and messages) per request
 RESULTS: list[tuple[str, int, Run, str]] = []  # (operation, clients, run, unit) for the closing table
 
@@ -54,7 +61,8 @@ def report(name: str, clients: int, run: Run, unit: str = "requests/s", per_requ
     rate = run.throughput * per_request
     RESULTS.append((name, clients, run, f"{rate:,.0f} {unit}"))
     error = f"  first error {run.first_error}" if run.errors else ""
-    say(f"{name:<34}{clients:>3} clients {stats['n']:>5} req  p50 {stats['p50']:>7.1f}  p95 {stats['p95']:>7.1f}  "
+    say(f"{name:<34}{clients:>3} clients {stats['n']:>5} req  p50 {stats['p50']:>7.1f}  p95 "
+        f"{stats['p95']:>7.1f}  "
         f"p99 {stats['p99']:>7.1f} ms  {rate:>8,.1f} {unit}  errors {run.errors}  ({load_average()}){error}")
 
 
@@ -97,14 +105,17 @@ class Targets:
 
     def keyword(self, tenant: str) -> Callable[[int], tuple[str, dict]]:
         user = self.tenants[tenant]["user"]
-        return lambda i: ("memory/search", {"userId": user, "queryText": self.corpus.keyword_query(i), "limit": 20})
+        return lambda i: ("memory/search", {"userId": user, "queryText": self.corpus.keyword_query(i),
+                                            "limit": 20})
 
     def hybrid(self, tenant: str) -> Callable[[int], tuple[str, dict]]:
         user = self.tenants[tenant]["user"]
-        return lambda i: ("memory/search", {"userId": user, "queryText": self.corpus.hybrid_query(i), "limit": 20})
+        return lambda i: ("memory/search", {"userId": user, "queryText": self.corpus.hybrid_query(i),
+                                            "limit": 20})
 
     def message_search(self, i: int) -> tuple[str, dict]:
-        return "messages/search", {"workspaceId": "default", "queryText": self.corpus.hybrid_query(i), "limit": 20}
+        return "messages/search", {"workspaceId": "default", "queryText": self.corpus.hybrid_query(i),
+                                   "limit": 20}
 
     def context(self, sessions: int) -> Callable[[int], tuple[str, dict]]:
         user = self.tenants["big"]["user"]
@@ -174,15 +185,19 @@ def wait_for_vectors(tenant_slug: str, label: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="50k cards in 24 tenants, 10k messages")
-    parser.add_argument("--reuse", action="store_true", help="skip seeding when the seeded counts are complete")
-    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}")
+    parser.add_argument("--reuse", action="store_true",
+                        help="skip seeding when the seeded counts are complete")
+    parser.add_argument("--sections", default=",".join(SECTIONS),
+                        help=f"comma-separated subset of {SECTIONS}")
     parser.add_argument("--requests", type=int, default=200, help="timed read requests per measurement")
     parser.add_argument("--write-requests", type=int, default=40, help="timed batched write/capture requests")
     parser.add_argument("--clients", default="1,8", help="concurrent clients per measurement")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers")
-    parser.add_argument("--saturation-seconds", type=float, default=20.0, help="length of each offered-load step")
+    parser.add_argument("--saturation-seconds", type=float, default=20.0,
+                        help="length of each offered-load step")
     parser.add_argument("--bulk-sample", type=int, default=1000, help="cards written by node_write_bulk")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
@@ -200,15 +215,18 @@ def main() -> None:
 
     server_threads = settings.EKKO_EMBEDDING_THREADS
     # The bench's own corpus embedding: one BLAS thread keeps its rate on a shared 2-core machine
-    # (two threads collapse to ~60-150 texts/s when other processes take a core). The server keeps its setting.
+    # (two threads collapse to ~60-150 texts/s when other processes take a core). The server keeps its
+    # setting.
     settings.EKKO_EMBEDDING_THREADS = int(os.environ.get("EKKO_BENCH_EMBEDDING_THREADS", "1"))
     layout = scale_seed.layout(quick=args.quick, seed=args.seed)
     corpus = Corpus(args.seed)
     provider = get_provider()
     say(f"machine: {machine()}\ncommit: {git_revision()}\ncommand: {shlex.join(sys.argv)}\n{load_average()}")
     say(f"layout: {layout.cards:,} cards in {len(layout.tenants)} tenants (prefix {layout.prefix!r}; "
-        f"a pool of {layout.card_pool:,} card texts, the big tenant's {layout.tenants[0].cards:,} its own slice), "
-        f"{layout.messages:,} messages; embeddings {provider.model_id} ({provider.dimensions}-d, server threads "
+        f"a pool of {layout.card_pool:,} card texts, the big tenant's {layout.tenants[0].cards:,} its own "
+        f"slice), "
+        f"{layout.messages:,} messages; embeddings {provider.model_id} ({provider.dimensions}-d, server "
+        f"threads "
         f"{server_threads}); broker {settings.CELERY_BROKER_URL}")
 
     from bench import scale_report
@@ -222,11 +240,12 @@ def main() -> None:
     if "bulk" in sections:
         section(f"node_write_bulk sample ({args.bulk_sample:,} cards, one write each)")
         rate = scale_seed.service_bulk_rate(layout, corpus, args.bulk_sample)
-        say(f"node_write_bulk: {rate:,.0f} cards/s (vectors queued after commit, not timed)  ({load_average()})")
+        say(f"node_write_bulk: {rate:,.0f} cards/s (vectors queued after commit, not timed)  "
+            f"({load_average()})")
     scale_report.data_sizes(layout, say)
 
-    http_sections = [s for s in sections if s in ("search", "messages", "context", "small", "saturation", "write",
-                                                  "capture")]
+    http = ("search", "messages", "context", "small", "saturation", "write", "capture")
+    http_sections = [name for name in sections if name in http]
     targets = Targets(layout, corpus) if http_sections or "statements" in sections else None
     if http_sections:
         port = free_port()
@@ -242,8 +261,8 @@ def main() -> None:
     scale_report.closing_table(RESULTS, say)
 
 
-def run_http(port: int, targets: Targets, layout, sections: list[str], clients: tuple[int, ...],  # noqa: ANN001
-             args: argparse.Namespace) -> None:
+def run_http(port: int, targets: Targets, layout, sections: list[str],  # noqa: ANN001
+             clients: tuple[int, ...], args: argparse.Namespace) -> None:
     big = targets.tenants["big"]
     floor = ApiConnection(port, big["key"])
     for i in range(6):  # both workers: first requests load the embedder and open connections
@@ -254,7 +273,8 @@ def run_http(port: int, targets: Targets, layout, sections: list[str], clients: 
     say(f"\nHTTP floor (GET workspaces, 100 requests): p50 {samples[50]:.1f} ms, p95 {samples[95]:.1f} ms")
     requests = args.requests
     if "search" in sections:
-        section(f"memory/search, {layout.tenants[0].cards:,} cards of one user, {layout.cards:,} in the database")
+        section(f"memory/search, {layout.tenants[0].cards:,} cards of one user, {layout.cards:,} in the "
+                f"database")
         measure(port, big["key"], "memory/search structured", targets.structured("big"), clients, requests)
         measure(port, big["key"], "memory/search keyword", targets.keyword("big"), clients, requests)
         measure(port, big["key"], "memory/search hybrid", targets.hybrid("big"), clients, requests)
@@ -274,22 +294,26 @@ def run_http(port: int, targets: Targets, layout, sections: list[str], clients: 
             section(f"tenant {plan.slug} ({plan.cards:,} cards of one user)")
             measure(port, info["key"], f"memory/search structured {name}", targets.structured(name), clients,
                     requests)
-            measure(port, info["key"], f"memory/search keyword {name}", targets.keyword(name), clients, requests)
-            measure(port, info["key"], f"memory/search hybrid {name}", targets.hybrid(name), clients, requests)
+            measure(port, info["key"], f"memory/search keyword {name}", targets.keyword(name), clients,
+                    requests)
+            measure(port, info["key"], f"memory/search hybrid {name}", targets.hybrid(name), clients,
+                    requests)
     if "saturation" in sections:
         section("offered load (open loop, Poisson arrivals): memory/search hybrid on the big tenant")
         single = closed_loop(port, big["key"], targets.hybrid("big"), clients=1, requests=60, warmup=3,
                              start_index=5_000_000)
-        say(f"one client back to back: {single.throughput:.1f} requests/s, p95 {single.stats()['p95']:.1f} ms")
+        say(f"one client back to back: {single.throughput:.1f} requests/s, "
+            f"p95 {single.stats()['p95']:.1f} ms")
 
         def show(step) -> None:  # noqa: ANN001
             stats = step.run.stats()
-            say(f"  offered {step.offered:6.1f}/s  achieved {step.run.throughput:6.1f}/s  p50 {stats['p50']:7.1f}  "
+            say(f"  offered {step.offered:6.1f}/s  achieved {step.run.throughput:6.1f}/s  p50 "
+                f"{stats['p50']:7.1f}  "
                 f"p95 {stats['p95']:7.1f}  p99 {stats['p99']:7.1f} ms  errors {step.run.errors}  "
                 f"({load_average()})")
         base = single.stats()["p95"]
-        steps = saturation(port, big["key"], targets.hybrid("big"), base_rate=single.throughput, base_p95=base,
-                           seconds=args.saturation_seconds, report=show)
+        steps = saturation(port, big["key"], targets.hybrid("big"), base_rate=single.throughput,
+                           base_p95=base, seconds=args.saturation_seconds, report=show)
         within = [s for s in steps if s.run.stats()["p95"] <= 2 * base and not s.run.errors]
         over = [s for s in steps if s not in within]
         say(f"p95 doubles (from {base:.1f} ms, one client back to back) between "
@@ -304,8 +328,8 @@ def run_http(port: int, targets: Targets, layout, sections: list[str], clients: 
         wait_for_vectors(layout.tenants[0].slug, "batched writes")
     if "capture" in sections:
         section(f"messages capture, {WRITE_BATCH} messages per request, workspace bench-capture")
-        measure(port, big["key"], f"messages capture {WRITE_BATCH}", targets.capture, clients, args.write_requests,
-                "messages/s", WRITE_BATCH)
+        measure(port, big["key"], f"messages capture {WRITE_BATCH}", targets.capture, clients,
+                args.write_requests, "messages/s", WRITE_BATCH)
         wait_for_vectors(layout.tenants[0].slug, "capture")
 
 

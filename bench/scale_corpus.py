@@ -17,68 +17,93 @@ from dataclasses import dataclass
 
 CORPUS_VERSION = 1  # bump when templates or vocabularies change: cached vectors are keyed by it
 
-FIRST = ("Anna Ben Clara David Emma Felix Greta Hannah Jonas Lena Lukas Marie Max Mia Noah Paul Sophie Tim Lea Finn "
-         "Olivia James Liam Ava Ethan Chloe Lucas Grace Oliver Ruby Jack Isla Henry Freya Leo Alice Oscar Ella "
-         "Samuel Nora Karl Ute Jürgen Birgit Wolfgang Heike Dieter Sabine Matthias Katrin Priya Arjun Mei Kenji "
-         "Sofia Mateo Amara Tariq Ingrid Lars").split()
-LAST = ("Müller Schmidt Schneider Fischer Weber Meyer Wagner Becker Schulz Hoffmann Koch Richter Wolf Klein "
-        "Schröder Neumann Braun Zimmermann Hartmann Krüger Smith Jones Taylor Brown Williams Wilson Johnson Davies "
-        "Evans Thomas Roberts Walker Wright Robinson Thompson White Hughes Edwards Green Hall Wood Harris Clarke "
-        "Patel Nguyen Kowalski Rossi Novak Jensen Lindqvist Haas Vogel Lange Jung Frank Berger Keller").split()
-CITIES = ("Berlin Hamburg München Köln Frankfurt Stuttgart Leipzig Dresden Bremen Hannover Nürnberg Freiburg "
-          "Heidelberg Münster Bonn Kiel Rostock Augsburg London Manchester Leeds Bristol Edinburgh Dublin Boston "
-          "Chicago Seattle Denver Austin Toronto Vancouver Lisbon Porto Madrid Vienna Zurich Basel Amsterdam "
-          "Rotterdam Copenhagen Oslo Stockholm Prague Warsaw Krakow Budapest Milan Turin Lyon").split()
-TOOLS = ("PostgreSQL Redis Kafka Kubernetes Docker Terraform Ansible Grafana Prometheus Jenkins GitLab GitHub "
-         "Jira Confluence Slack Figma Django React Vue Svelte Rust Go Python TypeScript Java Kotlin Swift Spark "
-         "Airflow dbt Snowflake BigQuery Elasticsearch RabbitMQ Celery Nginx Vault Sentry Datadog Excel SAP "
-         "Salesforce Notion Miro Zoom Teams Okta Stripe").split()
-FOODS_EN = ("coriander peanuts shellfish mushrooms olives tofu eggplant okra anchovies walnuts lactose gluten "
-            "sesame celery mustard garlic onions chili pork beef lamb salmon tuna shrimp avocado spinach kale "
-            "lentils chickpeas quinoa oats rye almonds cashews hazelnuts coconut pineapple mango kiwi strawberries "
-            "blueberries raisins dates honey cinnamon ginger turmeric paprika basil oregano thyme rosemary dill "
-            "cheddar brie feta mozzarella yogurt butter cream eggs").split()
-FOODS_DE = ("Koriander Erdnüsse Meeresfrüchte Pilze Oliven Tofu Auberginen Sardellen Walnüsse Laktose Gluten "
-            "Sesam Sellerie Senf Knoblauch Zwiebeln Chili Schweinefleisch Rindfleisch Lamm Lachs Thunfisch Garnelen "
-            "Avocado Spinat Grünkohl Linsen Kichererbsen Haferflocken Roggen Mandeln Haselnüsse Kokos Ananas Mango "
-            "Erdbeeren Heidelbeeren Rosinen Datteln Honig Zimt Ingwer Kurkuma Paprika Basilikum Thymian Rosmarin "
-            "Dill Feta Mozzarella Joghurt Butter Sahne Eier Sauerkraut Rote Bete Spargel Rhabarber").split()
-TOPICS_EN = ("release deployment migration invoice budget roadmap onboarding review retrospective standup "
-             "contract audit backup rollout hotfix dashboard newsletter workshop offsite hiring interview "
-             "forecast report presentation campaign launch pricing renewal support escalation incident outage "
-             "latency billing compliance security training certification vacation travel expense reimbursement "
-             "schedule meeting deadline milestone sprint backlog estimate prototype benchmark survey "
-             "feedback").split()
-TOPICS_DE = ("Freigabe Bereitstellung Migration Rechnung Budget Fahrplan Einarbeitung Prüfung Rückblick "
-             "Tagesbesprechung Vertrag Revision Sicherung Einführung Fehlerbehebung Übersicht Rundschreiben "
-             "Workshop Klausur Einstellung Vorstellungsgespräch Prognose Bericht Präsentation Kampagne Markteinführung "
-             "Preisgestaltung Verlängerung Kundendienst Eskalation Störung Ausfall Abrechnung Datenschutz Sicherheit "
-             "Schulung Zertifizierung Urlaub Dienstreise Spesen Erstattung Termin Besprechung Frist Meilenstein "
-             "Sprint Rückstand Schätzung Prototyp Umfrage Rückmeldung").split()
+FIRST = """
+Anna Ben Clara David Emma Felix Greta Hannah Jonas Lena Lukas Marie Max Mia Noah Paul Sophie Tim Lea
+Finn Olivia James Liam Ava Ethan Chloe Lucas Grace Oliver Ruby Jack Isla Henry Freya Leo Alice Oscar
+Ella Samuel Nora Karl Ute Jürgen Birgit Wolfgang Heike Dieter Sabine Matthias Katrin Priya Arjun Mei
+Kenji Sofia Mateo Amara Tariq Ingrid Lars
+""".split()
+LAST = """
+Müller Schmidt Schneider Fischer Weber Meyer Wagner Becker Schulz Hoffmann Koch Richter Wolf Klein
+Schröder Neumann Braun Zimmermann Hartmann Krüger Smith Jones Taylor Brown Williams Wilson Johnson
+Davies Evans Thomas Roberts Walker Wright Robinson Thompson White Hughes Edwards Green Hall Wood
+Harris Clarke Patel Nguyen Kowalski Rossi Novak Jensen Lindqvist Haas Vogel Lange Jung Frank Berger
+Keller
+""".split()
+CITIES = """
+Berlin Hamburg München Köln Frankfurt Stuttgart Leipzig Dresden Bremen Hannover Nürnberg Freiburg
+Heidelberg Münster Bonn Kiel Rostock Augsburg London Manchester Leeds Bristol Edinburgh Dublin
+Boston Chicago Seattle Denver Austin Toronto Vancouver Lisbon Porto Madrid Vienna Zurich Basel
+Amsterdam Rotterdam Copenhagen Oslo Stockholm Prague Warsaw Krakow Budapest Milan Turin Lyon
+""".split()
+TOOLS = """
+PostgreSQL Redis Kafka Kubernetes Docker Terraform Ansible Grafana Prometheus Jenkins GitLab GitHub
+Jira Confluence Slack Figma Django React Vue Svelte Rust Go Python TypeScript Java Kotlin Swift
+Spark Airflow dbt Snowflake BigQuery Elasticsearch RabbitMQ Celery Nginx Vault Sentry Datadog Excel
+SAP Salesforce Notion Miro Zoom Teams Okta Stripe
+""".split()
+FOODS_EN = """
+coriander peanuts shellfish mushrooms olives tofu eggplant okra anchovies walnuts lactose gluten
+sesame celery mustard garlic onions chili pork beef lamb salmon tuna shrimp avocado spinach kale
+lentils chickpeas quinoa oats rye almonds cashews hazelnuts coconut pineapple mango kiwi
+strawberries blueberries raisins dates honey cinnamon ginger turmeric paprika basil oregano thyme
+rosemary dill cheddar brie feta mozzarella yogurt butter cream eggs
+""".split()
+FOODS_DE = """
+Koriander Erdnüsse Meeresfrüchte Pilze Oliven Tofu Auberginen Sardellen Walnüsse Laktose Gluten
+Sesam Sellerie Senf Knoblauch Zwiebeln Chili Schweinefleisch Rindfleisch Lamm Lachs Thunfisch
+Garnelen Avocado Spinat Grünkohl Linsen Kichererbsen Haferflocken Roggen Mandeln Haselnüsse Kokos
+Ananas Mango Erdbeeren Heidelbeeren Rosinen Datteln Honig Zimt Ingwer Kurkuma Paprika Basilikum
+Thymian Rosmarin Dill Feta Mozzarella Joghurt Butter Sahne Eier Sauerkraut Rote Bete Spargel
+Rhabarber
+""".split()
+TOPICS_EN = """
+release deployment migration invoice budget roadmap onboarding review retrospective standup contract
+audit backup rollout hotfix dashboard newsletter workshop offsite hiring interview forecast report
+presentation campaign launch pricing renewal support escalation incident outage latency billing
+compliance security training certification vacation travel expense reimbursement schedule meeting
+deadline milestone sprint backlog estimate prototype benchmark survey feedback
+""".split()
+TOPICS_DE = """
+Freigabe Bereitstellung Migration Rechnung Budget Fahrplan Einarbeitung Prüfung Rückblick
+Tagesbesprechung Vertrag Revision Sicherung Einführung Fehlerbehebung Übersicht Rundschreiben
+Workshop Klausur Einstellung Vorstellungsgespräch Prognose Bericht Präsentation Kampagne
+Markteinführung Preisgestaltung Verlängerung Kundendienst Eskalation Störung Ausfall Abrechnung
+Datenschutz Sicherheit Schulung Zertifizierung Urlaub Dienstreise Spesen Erstattung Termin
+Besprechung Frist Meilenstein Sprint Rückstand Schätzung Prototyp Umfrage Rückmeldung
+""".split()
 WEEKDAYS_EN = "Monday Tuesday Wednesday Thursday Friday Saturday Sunday".split()
 WEEKDAYS_DE = "Montag Dienstag Mittwoch Donnerstag Freitag Samstag Sonntag".split()
 MONTHS_EN = "January February March April May June July August September October November December".split()
 MONTHS_DE = "Januar Februar März April Mai Juni Juli August September Oktober November Dezember".split()
 TIMES = ("8 am", "9 am", "10 am", "noon", "2 pm", "3 pm", "4 pm", "5 pm", "the evening", "the morning")
 TIMES_DE = ("8 Uhr", "9 Uhr", "10 Uhr", "Mittag", "14 Uhr", "15 Uhr", "16 Uhr", "17 Uhr", "abends", "morgens")
-HOBBIES_EN = ("climbing running cycling chess painting piano guitar photography hiking swimming yoga knitting "
-              "gardening baking tennis rowing sailing skiing birdwatching pottery").split()
-HOBBIES_DE = ("Klettern Laufen Radfahren Schach Malen Klavier Gitarre Fotografie Wandern Schwimmen Yoga "
-              "Stricken Gärtnern Backen Tennis Rudern Segeln Skifahren Vogelbeobachtung Töpfern").split()
+HOBBIES_EN = """
+climbing running cycling chess painting piano guitar photography hiking swimming yoga knitting
+gardening baking tennis rowing sailing skiing birdwatching pottery
+""".split()
+HOBBIES_DE = """
+Klettern Laufen Radfahren Schach Malen Klavier Gitarre Fotografie Wandern Schwimmen Yoga Stricken
+Gärtnern Backen Tennis Rudern Segeln Skifahren Vogelbeobachtung Töpfern
+""".split()
 STYLES_EN = ("short answers", "bullet points", "a formal tone", "plain language", "detailed explanations",
              "code examples first", "no emojis", "answers in German", "metric units", "summaries at the end")
-STYLES_DE = ("kurze Antworten", "Stichpunkte", "einen förmlichen Ton", "einfache Sprache", "ausführliche Erklärungen",
+STYLES_DE = ("kurze Antworten", "Stichpunkte", "einen förmlichen Ton", "einfache Sprache",
+             "ausführliche Erklärungen",
              "zuerst Codebeispiele", "keine Emojis", "Antworten auf Englisch", "metrische Einheiten",
              "eine Zusammenfassung am Ende")
-NEEDS_EN = ("large fonts", "screen reader friendly text", "captions on videos", "high contrast", "no flashing images",
+NEEDS_EN = ("large fonts", "screen reader friendly text", "captions on videos", "high contrast",
+            "no flashing images",
             "step by step instructions", "extra time for replies")
 NEEDS_DE = ("große Schrift", "Text für Screenreader", "Untertitel bei Videos", "hohen Kontrast",
             "keine blinkenden Bilder", "Anleitungen Schritt für Schritt", "mehr Zeit für Antworten")
-_SYLLABLES = "ka lo ri ven tor mi sa dun bel gra fen quo zar pel nor vik tal shi ore lun bra mek sol tev".split()
+_SYLLABLES = "ka lo ri ven tor mi sa dun bel gra fen quo zar pel nor vik tal shi ore lun bra mek sol tev"
+_SYLLABLES = _SYLLABLES.split()
 
 
 def _codenames() -> list[str]:
-    words = ["".join(parts).capitalize() for size in (2, 3) for parts in itertools.product(_SYLLABLES, repeat=size)]
+    words = ["".join(parts).capitalize()
+             for size in (2, 3) for parts in itertools.product(_SYLLABLES, repeat=size)]
     random.Random(7).shuffle(words)
     return words[:3000]
 
@@ -89,7 +114,8 @@ class Zipf:
     def __init__(self, items: Sequence[str], seed: int, s: float = 1.1) -> None:
         self.items = list(items)
         random.Random(seed).shuffle(self.items)
-        self.cumulative = list(itertools.accumulate(1.0 / (rank ** s) for rank in range(1, len(self.items) + 1)))
+        weights = (1.0 / (rank ** s) for rank in range(1, len(self.items) + 1))
+        self.cumulative = list(itertools.accumulate(weights))
 
     def __call__(self, rng: random.Random) -> str:
         return self.items[bisect.bisect(self.cumulative, rng.random() * self.cumulative[-1])]
@@ -129,8 +155,9 @@ class _Vocabulary:
     def fill(self, template: str, rng: random.Random) -> dict[str, str]:
         slots = {
             "person": f"{self.first(rng)} {self.last(rng)}", "first": self.first(rng), "city": self.city(rng),
-            "tool": self.tool(rng), "project": self.codename(rng), "food": self.food(rng), "topic": self.topic(rng),
-            "weekday": self.weekday(rng), "month": self.month(rng), "time": self.time(rng), "hobby": self.hobby(rng),
+            "tool": self.tool(rng), "project": self.codename(rng), "food": self.food(rng),
+            "topic": self.topic(rng), "weekday": self.weekday(rng), "month": self.month(rng),
+            "time": self.time(rng), "hobby": self.hobby(rng),
             "style": self.style(rng), "need": self.need(rng), "ticket": str(rng.randint(100, 99_999)),
             "n": str(rng.randint(2, 40)), "year": str(rng.randint(2019, 2027)),
         }
@@ -140,15 +167,20 @@ class _Vocabulary:
 # kind -> (weight, value slot, English templates, German templates); each template is "title | content".
 TEMPLATES: dict[str, tuple[float, str, tuple[str, ...], tuple[str, ...]]] = {
     "project_context": (30, "project", (
-        "{project} {topic} | The {project} {topic} runs on {tool}; {person} owns it and reviews changes on {weekday}.",
-        "{project} in {city} | {project} is the {topic} project of the {city} office, planned for {month} {year}.",
+        "{project} {topic} | The {project} {topic} runs on {tool}; {person} owns it and reviews changes on "
+        "{weekday}.",
+        "{project} in {city} | {project} is the {topic} project of the {city} office, planned for "
+        "{month} {year}.",
         "{topic} for {project} | For {project}, the {topic} lives in {tool} and ticket #{ticket} tracks it.",
         "{project} contact | {person} is the contact for {project}; ask before touching the {topic}.",
     ), (
-        "{project} {topic} | Die {topic} von {project} läuft auf {tool}; {person} ist zuständig, Prüfung am {weekday}.",
-        "{project} in {city} | {project} ist das {topic}-Projekt des Büros in {city}, geplant für {month} {year}.",
+        "{project} {topic} | Die {topic} von {project} läuft auf {tool}; {person} ist zuständig, Prüfung am "
+        "{weekday}.",
+        "{project} in {city} | {project} ist das {topic}-Projekt des Büros in {city}, geplant für "
+        "{month} {year}.",
         "{topic} für {project} | Für {project} liegt die {topic} in {tool}, Ticket #{ticket} verfolgt sie.",
-        "Ansprechpartner {project} | {person} ist Ansprechpartner für {project}; vor der {topic} bitte fragen.",
+        "Ansprechpartner {project} | {person} ist Ansprechpartner für {project}; vor der {topic} "
+        "bitte fragen.",
     )),
     "decision": (20, "topic", (
         "Decision: {topic} | We decided to move the {topic} of {project} to {weekday} {time}.",
@@ -227,7 +259,8 @@ MESSAGE_TEMPLATES_DE = (
 )
 QUERY_TEMPLATES_EN = (
     "what did we decide about the {topic} for {project}", "who owns {project}", "does the user eat {food}",
-    "when is the {topic} meeting", "which tool do we use for the {topic}", "what should I cook without {food}",
+    "when is the {topic} meeting", "which tool do we use for the {topic}",
+    "what should I cook without {food}",
     "how does the user want answers about the {topic}", "{project} {topic} in {city}",
 )
 QUERY_TEMPLATES_DE = (
@@ -261,8 +294,8 @@ class Corpus:
         text, slots = self._sentence(rng.choice(german if lang == "de" else english), rng, lang)
         title, content = (part.strip() for part in text.split("|", 1))
         if rng.random() < 0.3:  # a second sentence now and then, as notes grow
-            extra, _ = self._sentence(rng.choice(MESSAGE_TEMPLATES_DE if lang == "de" else MESSAGE_TEMPLATES_EN),
-                                      rng, lang)
+            templates = MESSAGE_TEMPLATES_DE if lang == "de" else MESSAGE_TEMPLATES_EN
+            extra, _ = self._sentence(rng.choice(templates), rng, lang)
             content = f"{content} {extra}"
         value = slots.get(value_slot) or slots.get("topic") or title
         tags = tuple(dict.fromkeys(slots[name] for name in ("topic", "tool", "hobby") if name in slots))[:2]
@@ -282,7 +315,8 @@ class Corpus:
     def hybrid_query(self, index: int) -> str:
         rng = self._rng("hybrid", index)
         lang = "de" if rng.random() < 0.5 else "en"
-        text, _ = self._sentence(rng.choice(QUERY_TEMPLATES_DE if lang == "de" else QUERY_TEMPLATES_EN), rng, lang)
+        templates = QUERY_TEMPLATES_DE if lang == "de" else QUERY_TEMPLATES_EN
+        text, _ = self._sentence(rng.choice(templates), rng, lang)
         return text
 
     def keyword_query(self, index: int) -> str:

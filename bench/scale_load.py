@@ -166,7 +166,8 @@ def saturation(port: int, key: str, make: RequestMaker, *, base_rate: float, bas
     steps: list[Step] = []
     for number, factor in enumerate(FACTORS):
         rate = base_rate * factor
-        run = open_loop(port, key, make, rate=rate, seconds=max(seconds, 60 / rate), start_index=number * 100_000)
+        run = open_loop(port, key, make, rate=rate, seconds=max(seconds, 60 / rate),
+                        start_index=number * 100_000)
         steps.append(Step(rate, run))
         report(steps[-1])
         if run.stats()["p95"] > 2 * base_p95 or run.errors:

