@@ -316,9 +316,14 @@ def run_http(port: int, targets: Targets, layout, sections: list[str],  # noqa: 
                            base_p95=base, seconds=args.saturation_seconds, report=show)
         within = [s for s in steps if s.run.stats()["p95"] <= 2 * base and not s.run.errors]
         over = [s for s in steps if s not in within]
-        say(f"p95 doubles (from {base:.1f} ms, one client back to back) between "
-            f"{within[-1].offered if within else 0:.1f}/s and "
-            f"{over[0].offered if over else float('inf'):.1f}/s offered")
+        if not over:
+            say(f"p95 stayed within twice {base:.1f} ms up to {steps[-1].offered:.1f}/s offered")
+        elif not within:
+            say(f"p95 doubles (from {base:.1f} ms, one client back to back) below {over[0].offered:.1f}/s "
+                "offered, the lightest step")
+        else:
+            say(f"p95 doubles (from {base:.1f} ms, one client back to back) between "
+                f"{within[-1].offered:.1f}/s and {over[0].offered:.1f}/s offered")
     if "write" in sections:
         section("memory/write into workspace bench-writes of the big tenant (vectors: in-process background)")
         measure(port, big["key"], "memory/write 1 create", targets.write(1), clients, requests, "cards/s")

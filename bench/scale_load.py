@@ -153,20 +153,20 @@ class Step:
     run: Run
 
 
-FACTORS = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
+FACTORS = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
 
 
 def saturation(port: int, key: str, make: RequestMaker, *, base_rate: float, base_p95: float, seconds: float,
-               report: Callable[[Step], None] = lambda step: None) -> list[Step]:
+               min_requests: int = 40, report: Callable[[Step], None] = lambda step: None) -> list[Step]:
     """Offer `base_rate` x FACTORS in turn until p95 exceeds twice `base_p95` (or errors appear).
 
     `base_rate` and `base_p95` are one client's, back to back. Each step lasts `seconds`, or long enough
-    for 60 requests.
+    for `min_requests` requests.
     """
     steps: list[Step] = []
     for number, factor in enumerate(FACTORS):
         rate = base_rate * factor
-        run = open_loop(port, key, make, rate=rate, seconds=max(seconds, 60 / rate),
+        run = open_loop(port, key, make, rate=rate, seconds=max(seconds, min_requests / rate),
                         start_index=number * 100_000)
         steps.append(Step(rate, run))
         report(steps[-1])

@@ -123,6 +123,12 @@ def statements(layout, targets, say: Say) -> None:  # noqa: ANN001
             f"SQL {statistics.median(per_request):.1f} ms of {statistics.median(walls[3:]):.1f} ms in the "
             f"view "
             f"(medians of {len(timings)} requests; {load_average()})")
+        groups: dict[str, list[float]] = {}
+        for sql, ms in timings[-1]:
+            groups.setdefault(" ".join(sql.split())[:90], []).append(ms)
+        say("  statements by kind (count x, total ms): " + "; ".join(
+            f"{len(times)}x {sum(times):.1f} ms {text!r}"
+            for text, times in sorted(groups.items(), key=lambda item: -len(item[1]))[:6]))
         slowest = sorted(timings[-1], key=lambda item: -item[1])[:4]
         for sql, ms in slowest:
             say(f"  {ms:7.1f} ms  {' '.join(sql.split())[:190]}")
@@ -139,7 +145,8 @@ def _explain_slowest(client, request: tuple[str, dict], slowest_sql: str, say: S
         nonlocal busy
         result = execute(sql, params, many, context)
         reads = sql.lstrip().upper().startswith(("SELECT", "(SELECT"))
-        if not busy and not plan and sql == slowest_sql and reads:
+        # Prefix match: a later request may reuse a cached row count and drop that part of the statement.
+        if not busy and not plan and sql[:300] == slowest_sql[:300] and reads:
             busy = True
             try:
                 with context["connection"].cursor() as cursor:
