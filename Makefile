@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test install lint bench-api bench-locomo bench-sqlite clean-db
+.PHONY: run test install lint bench-scale bench-scale-quick bench-locomo bench-sqlite clean-db
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,8 +27,11 @@ test: install
 lint: install
 	$(BIN)/ruff check .
 
-bench-api: install
-	$(BIN)/python bench/api_latency.py --nodes 10000 100000
+bench-scale: install
+	$(BIN)/python bench/scale.py
+
+bench-scale-quick: install
+	$(BIN)/python bench/scale.py --quick
 
 bench-locomo: install
 	$(BIN)/python bench/locomo.py

@@ -51,8 +51,8 @@ def machine() -> str:
         memory = "?"
     cpu = platform.processor() or platform.machine()
     try:
-        model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                     if line.startswith("model name"))
+        with open("/proc/cpuinfo") as cpuinfo:
+            model = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
     except (OSError, StopIteration):
         model = cpu
     return f"{os.cpu_count()} cores ({model}), {memory} RAM, {platform.system()} {platform.release()}, " \
@@ -76,15 +76,22 @@ def git_revision() -> str:
         return "?"
 
 
+def load_average() -> str:
+    """Return the 1/5/15-minute load averages and the core count, for printing beside a figure."""
+    one, five, fifteen = os.getloadavg()
+    return f"load {one:.2f} / {five:.2f} / {fifteen:.2f} on {os.cpu_count()} cores"
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
 
-def start_server(port: int, workers: int) -> subprocess.Popen:
-    """Start gunicorn on `port` against the bench database and return once it listens."""
-    env = {**os.environ, "EKKO_DATABASE_NAME": BENCH_DATABASE, "EKKO_RATE_LIMIT": "1000000/min",
+def start_server(port: int, workers: int, database: str = BENCH_DATABASE) -> subprocess.Popen:
+    """Start gunicorn (`workers` sync workers, as in production) on the bench database; wait until it
+    listens."""
+    env = {**os.environ, "EKKO_DATABASE_NAME": database, "EKKO_RATE_LIMIT": "1000000/min",
            "DJANGO_ALLOWED_HOSTS": "127.0.0.1", "EKKO_LOG_LEVEL": os.environ.get("EKKO_LOG_LEVEL", "WARNING")}
     server = subprocess.Popen(
         [str(ROOT / ".venv/bin/gunicorn"), "ekko_site.wsgi", "--bind", f"127.0.0.1:{port}", "--workers",
