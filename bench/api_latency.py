@@ -20,14 +20,23 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._common import BENCH_DATABASE, ROOT, git_revision, machine, percentiles, setup_django  # noqa: E402
+from bench._common import (  # noqa: E402
+    BENCH_DATABASE,
+    ROOT,
+    git_revision,
+    load_average,
+    machine,
+    percentiles,
+    setup_django,
+)
 
-FOODS = ["香菜", "葱", "姜", "蒜", "辣椒", "花生", "牛奶", "海鲜", "羊肉", "芹菜", "coriander", "peanuts", "shellfish",
-         "mushrooms", "olives", "tofu", "eggplant", "okra", "blue cheese", "anchovies"]
+FOODS = ["香菜", "葱", "姜", "蒜", "辣椒", "花生", "牛奶", "海鲜", "羊肉", "芹菜", "coriander", "peanuts",
+         "shellfish", "mushrooms", "olives", "tofu", "eggplant", "okra", "blue cheese", "anchovies"]
 TOPICS = ["项目部署", "数据库迁移", "前端构建", "API 设计", "测试策略", "release process", "on-call rotation",
           "kubernetes upgrade", "billing service", "search relevance", "mobile app", "data pipeline"]
 PHRASES = ["用户明确要求", "以后都按这个来", "the user prefers", "remember that", "decided to", "must never",
@@ -59,7 +68,8 @@ def seed(tenant_slug: str, nodes: int, *, rng: random.Random, embed: bool) -> di
     with tenant_context(tenant):
         existing = MemoryNode.objects.filter(tenant=tenant).count()
         workspace = Workspace.objects.get(tenant=tenant, slug="default")
-    kinds = [k for k in DEFAULT_KINDS.values() if k.itemized and k.value_shape in ("string", "string_or_object")]
+    kinds = [k for k in DEFAULT_KINDS.values()
+             if k.itemized and k.value_shape in ("string", "string_or_object")]
     provider = get_provider() if embed else None
     now = timezone.now()
     batch_size = 2000
@@ -91,8 +101,8 @@ def seed(tenant_slug: str, nodes: int, *, rng: random.Random, embed: bool) -> di
         with tenant_context(tenant):
             MemoryNode.objects.bulk_create(rows)
         done = min(nodes, start + batch_size)
-        print(f"  {tenant_slug}: {done:,}/{nodes:,} nodes ({time.perf_counter() - started:.0f}s)", file=sys.stderr,
-              flush=True)
+        print(f"  {tenant_slug}: {done:,}/{nodes:,} nodes ({time.perf_counter() - started:.0f}s)",
+              file=sys.stderr, flush=True)
     with tenant_context(tenant):
         MemoryMessage.objects.get_or_create(
             tenant=tenant, workspace=workspace, message_id="bench-evidence",
@@ -122,26 +132,29 @@ class Client:
         return elapsed, response.status, json.loads(data)
 
 
-def run_requests(port: int, info: dict, count: int, rng: random.Random) -> dict[str, dict]:
-    client = Client(port, info["key"])
-    user = info["user"]
-    operations = {
+def operations(user: str, rng: random.Random) -> dict[str, Callable[[int], tuple[str, dict]]]:
+    """Return the timed operations: name -> (request number -> (path, JSON body))."""
+    return {
         "search structured": lambda i: ("memory/search", {"userId": user, "kinds": ["food_avoidance"],
                                                           "valueJson": rng.choice(FOODS), "limit": 20}),
         "search keyword": lambda i: ("memory/search", {"userId": user, "queryText": rng.choice(
             ["香菜", "数据库迁移 项目", "kubernetes upgrade", "用中文回答", "billing service without sugar",
              "什么时候部署", "peanuts allergy"]), "limit": 20}),
-        "write": lambda i: ("memory/write", {"explicitUserIntent": True, "sourceMessageIds": ["bench-evidence"],
-                                             "operations": [{"operation": "create", "reason": "bench", "node": {
-                                                 "kind": "project_context", "itemKey": f"bench_{i}_{rng.random():.6f}",
-                                                 "valueJson": "bench", "title": f"Bench fact {i}",
-                                                 "content": "数据库迁移要在周五之前完成 before the release"}}]}),
-        "context": lambda i: ("context", {"sessionId": "bench", "userId": user,
-                                          "queryText": rng.choice(["今晚吃什么？", "how do we deploy?",
-                                                                   "数据库迁移怎么做"]), "tokenBudget": 2000}),
+        "write": lambda i: ("memory/write", {
+            "explicitUserIntent": True, "sourceMessageIds": ["bench-evidence"],
+            "operations": [{"operation": "create", "reason": "bench", "node": {
+                "kind": "project_context", "itemKey": f"bench_{i}_{rng.random():.6f}", "valueJson": "bench",
+                "title": f"Bench fact {i}", "content": "数据库迁移要在周五之前完成 before the release"}}]}),
+        "context": lambda i: ("context", {
+            "sessionId": "bench", "userId": user, "tokenBudget": 2000,
+            "queryText": rng.choice(["今晚吃什么？", "how do we deploy?", "数据库迁移怎么做"])}),
     }
+
+
+def run_requests(port: int, info: dict, count: int, rng: random.Random) -> dict[str, dict]:
+    client = Client(port, info["key"])
     results = {}
-    for name, make in operations.items():
+    for name, make in operations(info["user"], rng).items():
         for i in range(10):  # warm-up: connections, caches, embedding model
             client.post(*make(-i - 1))
         samples, errors = [], 0
@@ -154,7 +167,8 @@ def run_requests(port: int, info: dict, count: int, rng: random.Random) -> dict[
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--noise", type=int, default=20_000, help="nodes in each of two noise tenants")
     parser.add_argument("--requests", type=int, default=300, help="timed requests per operation")
@@ -164,6 +178,7 @@ def main() -> None:
     setup_django()
     rng = random.Random(42)
     print(f"machine: {machine()}\ncommit: {git_revision()}\ncommand: {' '.join(sys.argv)}", flush=True)
+    print(f"load average at start: {load_average()}", flush=True)
     for noise in ("bench-noise-1", "bench-noise-2"):
         seed(noise, args.noise, rng=rng, embed=not args.no_embeddings)
     port = _free_port()
@@ -181,13 +196,16 @@ def main() -> None:
                     break
                 except OSError:
                     time.sleep(0.1)
+            load_before = load_average()
             results = run_requests(port, info, args.requests, rng)
+            load_after = load_average()
         finally:
             server.send_signal(signal.SIGTERM)
             server.wait(timeout=30)
         print(f"\n{size:,} nodes in the measured tenant, 2 x {args.noise:,} noise nodes, "
               f"{'with' if not args.no_embeddings else 'without'} vectors, gunicorn {args.workers} workers, "
-              f"{args.requests} sequential requests per operation")
+              f"{args.requests} sequential requests per operation; "
+              f"load average {load_before} -> {load_after}")
         print(f"{'operation':<20}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'errors':>8}")
         for name, stats in results.items():
             print(f"{name:<20}{stats['p50']:>9.1f}{stats['p95']:>9.1f}{stats['p99']:>9.1f}{stats['errors']:>8}")
