@@ -59,6 +59,11 @@ def machine() -> str:
            f"Python {platform.python_version()}"
 
 
+def load_average() -> str:
+    """Return the 1-, 5- and 15-minute load averages (the machine is shared: print them with figures)."""
+    return " / ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
 def percentiles(samples_ms: list[float]) -> dict[str, float]:
     ordered = sorted(samples_ms)
     if not ordered:

@@ -132,7 +132,7 @@ def _reachable_q(principal: Principal) -> Q:
 
 def reachable_workspaces(principal: Principal) -> list[Workspace]:
     """Return the workspaces `principal` may name, oldest first (`GET workspaces`, the page switcher)."""
-    with tenant_context(principal.tenant):
+    with tenant_context(principal.tenant, savepoint=False):
         return list(
             Workspace.objects.filter(_reachable_q(principal), tenant=principal.tenant).order_by(
                 "created_at", "id"
@@ -155,7 +155,7 @@ def viewer_for(
     """
     member_ids: frozenset[int] = frozenset()
     if principal.restrict_to_person:
-        with tenant_context(principal.tenant):
+        with tenant_context(principal.tenant, savepoint=False):
             member_ids = frozenset(
                 Workspace.objects.filter(_reachable_q(principal), tenant=principal.tenant).values_list(
                     "pk", flat=True

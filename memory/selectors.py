@@ -69,7 +69,7 @@ def accessible_nodes(viewer: Viewer) -> QuerySet[MemoryNode]:
 def node_get(*, viewer: Viewer, node_id: str | UUID) -> MemoryNode:
     """Return the node (any status) if `viewer` may open it; otherwise NotFound, whatever the reason."""
     pk = parse_node_id(node_id)
-    with tenant_context(viewer.tenant):
+    with tenant_context(viewer.tenant, savepoint=False):
         node = accessible_nodes(viewer).filter(pk=pk).first()
     if node is None:
         raise NotFound("No memory node with this id.")
@@ -84,7 +84,7 @@ def superseded_by_ids(*, tenant: Tenant, node_ids: list[UUID]) -> dict[UUID, UUI
     One query per link of the longest chain.
     """
     heads: dict[UUID, UUID] = {}
-    with tenant_context(tenant):
+    with tenant_context(tenant, savepoint=False):
         frontier = {pk: pk for pk in node_ids}  # newest revision found so far → the id it answers for
         for _link in range(1000):
             successors = MemoryNode.objects.filter(
@@ -105,7 +105,7 @@ class NodeHistory:
 def node_history(*, viewer: Viewer, node_id: str | UUID) -> NodeHistory:
     """Return the supersede chain through the node (oldest first) and the audit events of every link."""
     node = node_get(viewer=viewer, node_id=node_id)
-    with tenant_context(viewer.tenant):
+    with tenant_context(viewer.tenant, savepoint=False):
         nodes = accessible_nodes(viewer)
         older = supersede_chain_walk(nodes, [node], direction="older", limit=1000)
         newer = supersede_chain_walk(nodes, [node], direction="newer", limit=1000)
@@ -160,7 +160,7 @@ def selector_q(selector: NodeSelector) -> Q:
 
 def node_select(*, viewer: Viewer, selector: NodeSelector) -> MemoryNode | None:
     """Return the one active node matching the selector, None if none; RequiresConfirmation if several."""
-    with tenant_context(viewer.tenant):
+    with tenant_context(viewer.tenant, savepoint=False):
         matches = list(
             accessible_nodes(viewer).filter(selector_q(selector), status=NodeStatus.ACTIVE)
             .order_by("-updated_at")[:21]
@@ -194,7 +194,7 @@ def session_check(viewer: Viewer, session_id: str | None) -> None:
     """
     if not viewer.restrict_to_person or not session_id:
         return
-    with tenant_context(viewer.tenant):
+    with tenant_context(viewer.tenant, savepoint=False):
         messages = MemoryMessage.objects.filter(tenant=viewer.tenant, workspace=viewer.workspace,
                                                 session_id=session_id)
         if messages.filter(user=viewer.user).exists() or not messages.exists():
@@ -205,7 +205,7 @@ def session_check(viewer: Viewer, session_id: str | None) -> None:
 def messages_list(*, viewer: Viewer, session_id: str, limit: int = 50,
                   include_subagent: bool = True) -> list[MemoryMessage]:
     """Return the newest `limit` messages of a session the viewer may read, oldest first."""
-    with tenant_context(viewer.tenant):
+    with tenant_context(viewer.tenant, savepoint=False):
         queryset = visible_messages(viewer).filter(session_id=session_id).select_related("user").defer(
             *HEAVY_FIELDS)
         if not include_subagent:
@@ -215,7 +215,7 @@ def messages_list(*, viewer: Viewer, session_id: str, limit: int = 50,
 
 
 def summary_latest(*, viewer: Viewer, session_id: str) -> MemorySummary | None:
-    with tenant_context(viewer.tenant):
+    with tenant_context(viewer.tenant, savepoint=False):
         return (
             MemorySummary.objects.filter(tenant=viewer.tenant, workspace=viewer.workspace, session_id=session_id)
             .order_by("-created_at").first()
@@ -224,7 +224,7 @@ def summary_latest(*, viewer: Viewer, session_id: str) -> MemorySummary | None:
 
 def tenant_kinds(*, tenant: Tenant) -> dict[str, KindSpec]:
     """Return the tenant-defined kinds (added to the default catalogue for this tenant)."""
-    with tenant_context(tenant):
+    with tenant_context(tenant, savepoint=False):
         rows = list(MemoryKind.objects.filter(tenant=tenant))
     return {
         row.name: KindSpec(

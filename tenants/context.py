@@ -5,6 +5,11 @@ Binding a tenant does two things inside one transaction: it sets a context varia
 transaction-local PostgreSQL setting `ekko.tenant_id` that the row-level-security policies
 read (the database wall). The only way past both is `all_tenants_context()`, used in the few
 places listed in docs/tenancy.md.
+
+The connection remembers which binding its open transaction carries, so binding the same tenant
+again (a selector inside a service inside a request bound at its edge) sends nothing: a request
+sets `ekko.tenant_id` once. That memory sees only bindings made here; bind through this module,
+never with a `set_config` of your own.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django.db import connections, transaction
@@ -42,19 +48,63 @@ def require_tenant_id() -> int | str:
     return tenant_id
 
 
+class _Witness:
+    """A no-op on-commit callback that stands for one database binding (see `_binding_in_force`)."""
+
+    __slots__ = ()
+
+    def __call__(self) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class _DatabaseBinding:
+    tenant_value: str
+    all_tenants: bool
+    witness: _Witness
+
+
+def _binding_in_force(using: str) -> _DatabaseBinding | None:
+    """Return the binding the connection's open transaction carries, or None when it carries none we set.
+
+    Django drops a transaction's on-commit callbacks exactly when PostgreSQL drops its `SET LOCAL`
+    values: at commit, at rollback, and at a rollback to a savepoint taken before them (a released
+    savepoint keeps both). So the witness callback registered with each binding is still queued
+    precisely while that binding is in force, whatever happened to the transaction in between.
+    """
+    connection = connections[using]
+    binding: _DatabaseBinding | None = getattr(connection, "ekko_tenant_binding", None)
+    if binding is None or not connection.in_atomic_block:
+        return None
+    if any(hook is binding.witness for _savepoints, hook, _robust in connection.run_on_commit):
+        return binding
+    return None
+
+
 def _set_database_tenant(using: str, tenant_value: str, all_tenants: bool) -> None:
+    """Bind the transaction's RLS settings; a no-op when they are bound so already."""
+    current = _binding_in_force(using)
+    if current is not None and (current.tenant_value, current.all_tenants) == (tenant_value, all_tenants):
+        return
     with connections[using].cursor() as cursor:
         cursor.execute(
             "SELECT set_config('ekko.tenant_id', %s, true), set_config('ekko.all_tenants', %s, true)",
             [tenant_value, "on" if all_tenants else ""],
         )
+    witness = _Witness()
+    transaction.on_commit(witness, using=using)
+    connections[using].ekko_tenant_binding = _DatabaseBinding(tenant_value, all_tenants, witness)
 
 
 def bind_tenant(tenant: Tenant | int, *, using: str = "default") -> None:
-    """Bind `tenant` for the rest of the current transaction (e.g. an ATOMIC_REQUESTS request)."""
+    """Bind `tenant` for the rest of the current transaction (e.g. an ATOMIC_REQUESTS request).
+
+    Binding the tenant the transaction is bound to already sends nothing.
+    """
     tenant_id = tenant if isinstance(tenant, int) else tenant.pk
     if not connections[using].in_atomic_block:
-        raise RuntimeError("bind_tenant() needs an open transaction: the database setting is transaction-local.")
+        raise RuntimeError(
+            "bind_tenant() needs an open transaction: the database setting is transaction-local.")
     _set_database_tenant(using, str(tenant_id), all_tenants=False)
     _current.set(tenant_id)
 
@@ -64,17 +114,20 @@ def unbind() -> None:
 
 
 @contextmanager
-def tenant_context(tenant: Tenant | int, *, using: str = "default") -> Iterator[None]:
-    """Run the block in a transaction bound to `tenant` (restoring the outer binding afterwards)."""
+def tenant_context(tenant: Tenant | int, *, using: str = "default", savepoint: bool = True) -> Iterator[None]:
+    """Run the block in a transaction bound to `tenant` (restoring the outer binding afterwards).
+
+    Outside a transaction the block is one; inside one it is a savepoint, and the setting is sent
+    only when the transaction is not bound to `tenant` already. `savepoint=False` is for reads,
+    which have nothing to undo: inside a transaction bound to `tenant` the block then runs in it as
+    it is, without a statement of its own (code that catches a database error to carry on opens its
+    own `transaction.atomic()`, as Django requires anyway).
+    """
     tenant_id = tenant if isinstance(tenant, int) else tenant.pk
-    outer = _current.get()
     token = _current.set(tenant_id)
     try:
-        with transaction.atomic(using=using):
-            _set_database_tenant(using, str(tenant_id), all_tenants=False)
+        with _database_binding(using, str(tenant_id), all_tenants=False, savepoint=savepoint):
             yield
-            # On an exception the savepoint's rollback undoes the setting already; restore on success only.
-            _restore_database_binding(using, outer)
     finally:
         _current.reset(token)
 
@@ -82,19 +135,33 @@ def tenant_context(tenant: Tenant | int, *, using: str = "default") -> Iterator[
 @contextmanager
 def all_tenants_context(*, using: str = "default") -> Iterator[None]:
     """Lift the tenant walls for the block. Loud on purpose: see docs/tenancy.md for the allowed callers."""
-    outer = _current.get()
     token = _current.set(ALL_TENANTS)
     try:
-        with transaction.atomic(using=using):
-            _set_database_tenant(using, "", all_tenants=True)
+        with _database_binding(using, "", all_tenants=True, savepoint=True):
             yield
-            _restore_database_binding(using, outer)
     finally:
         _current.reset(token)
 
 
-def _restore_database_binding(using: str, outer: int | str | None) -> None:
-    if outer == ALL_TENANTS:
-        _set_database_tenant(using, "", all_tenants=True)
-    else:
-        _set_database_tenant(using, "" if outer is None else str(outer), all_tenants=False)
+@contextmanager
+def _database_binding(using: str, tenant_value: str, *, all_tenants: bool, savepoint: bool) -> Iterator[None]:
+    current = _binding_in_force(using)
+    if not savepoint and current is not None and (current.tenant_value, current.all_tenants) == (
+            tenant_value, all_tenants):
+        yield
+        return
+    connection = connections[using]
+    outermost = not connection.in_atomic_block
+    with transaction.atomic(using=using):
+        _set_database_tenant(using, tenant_value, all_tenants)
+        try:
+            yield
+        except BaseException:
+            # The savepoint's rollback puts the outer binding back in the database; say so here too.
+            connection.ekko_tenant_binding = current
+            raise
+        if not outermost:
+            # A released savepoint keeps the setting: put the outer binding (or none) back. The
+            # outermost block needs nothing: its commit ends the setting.
+            outer = (current.tenant_value, current.all_tenants) if current is not None else ("", False)
+            _set_database_tenant(using, *outer)

@@ -15,7 +15,7 @@ class TenantObjectNotFound(LookupError):
 def workspace_resolve(*, tenant: Tenant, ref: str | int | None,
                       default: Workspace | None = None) -> Workspace:
     """Return the tenant's workspace named by id or slug (the `default` workspace when `ref` is empty)."""
-    with tenant_context(tenant):
+    with tenant_context(tenant, savepoint=False):
         if ref in (None, ""):
             if default is not None:
                 return default
@@ -32,7 +32,7 @@ def workspace_resolve(*, tenant: Tenant, ref: str | int | None,
 
 def member_resolve(*, tenant: Tenant, username: str) -> AbstractBaseUser:
     """Return the user named `username` if they are a member of `tenant`."""
-    with tenant_context(tenant):
+    with tenant_context(tenant, savepoint=False):
         membership = (
             Membership.objects.select_related("user").filter(tenant=tenant, user__username=username).first()
         )

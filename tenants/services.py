@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import time
 from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
@@ -12,11 +13,14 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
-from tenants.context import all_tenants_context, tenant_context
+from tenants.context import all_tenants_context, bind_tenant, tenant_context
 from tenants.models import AGENT_WRITABLE_SCOPES, ApiKey, Membership, Role, Scope, Tenant, Workspace
 
 KEY_PREFIX = "ekko_"
 PREFIX_DISPLAY_LENGTH = 12
+# How long a process remembers which tenant a key hash belongs to (a tenant renamed meanwhile shows
+# its old name on the key's principal until then; revocation is never cached).
+API_KEY_CACHE_SECONDS = 300.0
 
 
 class ApiKeyError(ValueError):
@@ -130,17 +134,60 @@ def api_key_revoke(*, tenant: Tenant, api_key_id: int) -> ApiKey:
     return api_key
 
 
-def api_key_authenticate(raw_key: str) -> ApiKey | None:
-    """Return the active key matching `raw_key` (recording its use), or None."""
+def api_key_authenticate(raw_key: str, *, bind: bool = False) -> ApiKey | None:
+    """Return the active key matching `raw_key` (recording its use), or None.
+
+    Where a key lives (its id and tenant) is remembered per process for `API_KEY_CACHE_SECONDS`;
+    the row itself is read again on every call, by id in its tenant, so a revoked or deleted key is
+    refused at once. With `bind` (the request's edge, inside its transaction) the key's tenant stays
+    bound for the rest of the transaction, which makes that read the request's only statement here.
+    """
     if not raw_key.startswith(KEY_PREFIX):
         return None
-    api_key = _api_key_by_hash(hash_api_key(raw_key))
+    key_hash = hash_api_key(raw_key)
+    known = _known_keys.get(key_hash)
+    if known is not None and known.expires_at > time.monotonic():
+        if bind:
+            bind_tenant(known.tenant)
+        api_key = _api_key_current(known)
+    else:
+        api_key = _api_key_by_hash(key_hash)
+        if api_key is not None and bind:
+            bind_tenant(api_key.tenant)
+    if api_key is None:
+        _known_keys.pop(key_hash, None)
+        return None
+    if known is None or known.expires_at <= time.monotonic():
+        _known_keys[key_hash] = _KnownKey(api_key.pk, api_key.tenant,
+                                          time.monotonic() + API_KEY_CACHE_SECONDS)
+    now = timezone.now()
+    if api_key.last_used_at is None or (now - api_key.last_used_at).total_seconds() > 60:
+        with tenant_context(api_key.tenant):
+            ApiKey.objects.filter(tenant=api_key.tenant, pk=api_key.pk).update(last_used_at=now)
+        api_key.last_used_at = now
+    return api_key
+
+
+@dataclass(frozen=True)
+class _KnownKey:
+    """Where a key hash was found: the key's id and tenant (what a key never changes)."""
+
+    api_key_id: int
+    tenant: Tenant
+    expires_at: float
+
+
+# Key hash → where it was found, per process; only keys that authenticated are remembered.
+_known_keys: dict[str, _KnownKey] = {}
+
+
+def _api_key_current(known: _KnownKey) -> ApiKey | None:
+    """Return the key's row as it is now if it is still active, read by id in its tenant."""
+    with tenant_context(known.tenant, savepoint=False):
+        api_key = ApiKey.objects.filter(
+            tenant=known.tenant, pk=known.api_key_id, revoked_at__isnull=True).first()
     if api_key is not None:
-        now = timezone.now()
-        if api_key.last_used_at is None or (now - api_key.last_used_at).total_seconds() > 60:
-            with tenant_context(api_key.tenant):
-                ApiKey.objects.filter(tenant=api_key.tenant, pk=api_key.pk).update(last_used_at=now)
-            api_key.last_used_at = now
+        api_key.tenant = known.tenant
     return api_key
 
 

@@ -262,12 +262,13 @@ def test_context_never_shows_tenant_b(world) -> None:
     assert "B 租户" not in pack.prompt
 
 
-def test_context_bumps_access_counts_of_used_nodes_only(world) -> None:
+def test_context_bumps_access_counts_of_used_nodes_only(world, committed) -> None:
     used = world.node(title="不吃香菜")
     expired = world.node(
         title="今天不吃辣", kind="temporary_state", expires_at=timezone.now() - timedelta(hours=1)
     )
-    build_context(viewer=world.viewer, query_text="香菜", token_budget=4000)
+    with committed():  # the bump is applied after the commit, in the background
+        build_context(viewer=world.viewer, query_text="香菜", token_budget=4000)
     with tenant_context(world.tenant):
         used_after, expired_after = MemoryNode.objects.get(pk=used.pk), MemoryNode.objects.get(pk=expired.pk)
     assert (used_after.access_count, used_after.revision) == (1, used.revision)
@@ -277,10 +278,12 @@ def test_context_bumps_access_counts_of_used_nodes_only(world) -> None:
 def test_build_context_query_count_is_capped(world, django_assert_max_num_queries) -> None:
     fill_everything(world)
     get_provider()  # load the model outside the measured block
-    # Six parts, each in its own tenant transaction (savepoint, bind, query, unbind, release); the
-    # searches add the text arms, the cards' select, the turns that follow the best messages and
-    # the winning messages' select: the count does not grow with the data.
-    with django_assert_max_num_queries(36):
+    # One tenant transaction for the pack (savepoint, bind, unbind, release) and one savepoint the
+    # parts fall back to; recent messages, summary, standing cards; the searches add ef_search, the
+    # text arms, the cards' select, the turns that follow the best messages and the winning
+    # messages' select; the access bump is queued for after the commit: the count does not grow
+    # with the data.
+    with django_assert_max_num_queries(15):
         build_context(viewer=world.viewer, query_text="迁移 香菜", token_budget=4000)
 
 
@@ -351,3 +354,23 @@ def test_context_failure_inside_the_database_rolls_back_only_that_part(world, mo
     assert pack.diagnostics["storeStatus"] == "degraded"
     assert pack.recent_messages and pack.preferences
     assert issubclass(OperationalError, DatabaseError)
+
+
+def test_context_failed_read_without_a_savepoint_spoils_no_later_part(world, monkeypatch) -> None:
+    """A read joins the pack's transaction without a savepoint of its own (`savepoint=False`): when
+    its statement fails, the pack rolls back to its own savepoint so the later parts still run."""
+    world.message("你好")
+    world.node(title="不吃香菜")
+
+    def summary_with_a_broken_statement(*, viewer):
+        from django.db import connection
+
+        with tenant_context(viewer.tenant, savepoint=False), connection.cursor() as cursor:
+            cursor.execute("SELECT 1 / 0")  # division_by_zero aborts the transaction
+
+    monkeypatch.setattr(context_module, "summary_get_latest", summary_with_a_broken_statement)
+    pack = build_context(viewer=world.viewer, query_text="香菜", token_budget=4000)
+    assert pack.diagnostics["warnings"] == [
+        "latest summary unavailable (DataError); the pack was built without it."
+    ]
+    assert pack.recent_messages and pack.preferences and pack.used_memory_ids

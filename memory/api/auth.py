@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
+from django.db import connection
 from rest_framework import authentication, exceptions, throttling
 from rest_framework.request import Request
 
@@ -23,7 +24,8 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             return None
         if len(header) != 2:
             raise exceptions.AuthenticationFailed("Send `Authorization: Bearer <api key>`.")
-        api_key = api_key_authenticate(header[1])
+        # Inside the request's transaction the key's tenant is bound from here on (the edge).
+        api_key = api_key_authenticate(header[1], bind=connection.in_atomic_block)
         if api_key is None:
             raise exceptions.AuthenticationFailed("Unknown or revoked API key.")
         return AnonymousUser(), api_key

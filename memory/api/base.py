@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import connection
 from rest_framework import permissions
 from rest_framework.authentication import SessionAuthentication
@@ -61,7 +62,26 @@ class MemoryApiView(ReadAuditMixin, APIView):
                           user_ref=user_ref)
 
     def nodes_json(self, nodes: list[MemoryNode]) -> list[dict]:
-        """Render cards with their successor ids in one extra query."""
+        """Render cards with their successor ids and owners' usernames."""
+        return self.nodes_json_groups(nodes)[0]
+
+    def nodes_json_groups(self, *groups: list[MemoryNode]) -> list[list[dict]]:
+        """Render several lists of cards with one query for their successors and one for their owners."""
+        nodes = [node for group in groups for node in group]
         successors = superseded_by_ids(tenant=self.principal.tenant, node_ids=[n.pk for n in nodes])
+        usernames = owner_usernames(nodes)
         self.note_reads(nodes)
-        return [node_to_api(node, superseded_by_id=successors.get(node.pk)) for node in nodes]
+        return [[node_to_api(node, superseded_by_id=successors.get(node.pk),
+                             username=usernames.get(node.user_id)) for node in group] for group in groups]
+
+
+def owner_usernames(nodes: list[MemoryNode]) -> dict[int, str]:
+    """Return {user id: username} of the cards' owners, in one query for those not loaded with the card."""
+    usernames = {node.user_id: node.user.get_username() for node in nodes
+                 if node.user_id is not None and MemoryNode.user.is_cached(node)}
+    missing = {node.user_id for node in nodes if node.user_id is not None} - set(usernames)
+    if missing:
+        user_model = get_user_model()
+        found = user_model.objects.filter(pk__in=missing).values_list("pk", user_model.USERNAME_FIELD)
+        usernames.update(found)
+    return usernames

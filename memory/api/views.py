@@ -124,9 +124,10 @@ class MemorySearchApi(MemoryApiView):
                              session_id=data.pop("session_id", None), user_ref=data.pop("user_id", None))
         query = retrieval.MemoryQuery(**data)
         result = retrieval.search_nodes(viewer=viewer, query=query)
+        exact, relevant = self.nodes_json_groups(result.exact, result.relevant)
         return Response({
-            "exact": self.nodes_json(result.exact),
-            "relevant": self.nodes_json(result.relevant),
+            "exact": exact,
+            "relevant": relevant,
             "omitted": [{"nodeId": str(o.node_id), "reason": o.reason} for o in result.omitted],
             "diagnostics": result.diagnostics,
         })
@@ -210,7 +211,23 @@ class MemoryForgetApi(MemoryApiView):
 
 @method_decorator(transaction.non_atomic_requests, name="dispatch")
 class ContextApi(MemoryApiView):
-    """The context pack. Not wrapped in a request transaction: it must answer even when the store is down."""
+    """The context pack. Not wrapped in ATOMIC_REQUESTS' transaction: it must answer even when the store
+    is down, so it opens its own and answers without one when that fails."""
+
+    def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        # One transaction for the key, the viewer, the pack and its rendering: the tenant is bound once.
+        response = None
+        try:
+            with transaction.atomic():
+                response = super().dispatch(request, *args, **kwargs)
+        except DatabaseError:
+            if response is not None:
+                # The store went away after the answer was ready: the commit of reads loses nothing.
+                logger.warning("context: the closing commit failed; answering anyway", exc_info=True)
+                return response
+            logger.warning("context: no transaction could be opened; answering without one")
+            return super().dispatch(request, *args, **kwargs)
+        return response
 
     @extend_schema(operation_id="context", description=REACH, request=s.ContextRequestSerializer,
                    responses={200: s.ContextSerializer, **ERRORS})
@@ -219,7 +236,7 @@ class ContextApi(MemoryApiView):
         viewer = self.viewer(workspace_ref=data.get("workspace_id"), session_id=data["session_id"],
                              user_ref=data.get("user_id"))
         pack = build_context(viewer=viewer, query_text=data["query_text"], token_budget=data["token_budget"])
-        return Response(context_json(pack, self.nodes_json))
+        return Response(context_json(pack, self.nodes_json_groups))
 
     def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, DatabaseError):
@@ -231,14 +248,16 @@ class ContextApi(MemoryApiView):
         return super().handle_exception(exc)
 
 
-def context_json(pack: Any, render_nodes: Any) -> dict[str, Any]:
+def context_json(pack: Any, render_node_groups: Any) -> dict[str, Any]:
+    tasks, constraints, preferences, relevant = render_node_groups(
+        pack.active_tasks, pack.constraints, pack.preferences, pack.relevant_nodes)
     return {
         "recentMessages": [message_to_api(m) for m in pack.recent_messages],
         "latestSummary": summary_to_api(pack.latest_summary) if pack.latest_summary else None,
-        "activeTasks": render_nodes(pack.active_tasks),
-        "constraints": render_nodes(pack.constraints),
-        "preferences": render_nodes(pack.preferences),
-        "relevantNodes": render_nodes(pack.relevant_nodes),
+        "activeTasks": tasks,
+        "constraints": constraints,
+        "preferences": preferences,
+        "relevantNodes": relevant,
         "usedMemoryIds": [str(pk) for pk in pack.used_memory_ids],
         "prompt": pack.prompt,
         "diagnostics": pack.diagnostics,

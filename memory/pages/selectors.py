@@ -16,6 +16,7 @@ from typing import Any
 from uuid import UUID
 
 from django.contrib.postgres.search import SearchQuery
+from django.db import transaction
 from django.db.models import Count, Max, Min, Q, QuerySet, Window
 
 from memory.models import HEAVY_FIELDS, MemoryAuditEvent, MemoryMessage, MemoryNode, MemorySummary, NodeStatus
@@ -165,8 +166,10 @@ def _search_ids(
             limit=SEARCH_LIMIT_MAX,
         )
         try:
-            # The person browsing is not the agent recalling: no access-count bump.
-            result = search_nodes(viewer=viewer, query=query, record_access=False)
+            # The person browsing is not the agent recalling: no access-count bump. A savepoint of
+            # its own, so a failed statement leaves the page's transaction usable for the fallback.
+            with transaction.atomic():
+                result = search_nodes(viewer=viewer, query=query, record_access=False)
         except Exception:
             # Search must never take the page down; the keyword match below still answers.
             logger.exception("Hybrid search failed; the memory page falls back to keyword matching.")

@@ -1,4 +1,5 @@
-"""Work that follows a commit (embeddings, extraction): the receivers of the services' signals.
+"""Work that follows a commit (embeddings, extraction, read audit, access counts): the receivers of the
+services' signals.
 
 The services announce committed writes through `memory.services.events`; `connect_receivers`
 (called from `MemoryConfig.ready`) hooks these receivers to them, so the services never import the
@@ -60,9 +61,19 @@ def after_nodes_read(sender: Any, *, batch: dict, **kwargs: Any) -> None:
         node_reads_write(**batch)
 
 
+def after_nodes_accessed(sender: Any, *, batch: dict, **kwargs: Any) -> None:
+    """Queue one access-count batch; with the broker unreachable, apply it now (like the read audit)."""
+    from memory.pipeline import tasks
+    from memory.services.maintenance import node_access_record
+
+    if not enqueue(tasks.record_access, batch):
+        node_access_record(**batch)
+
+
 def connect_receivers() -> None:
     """Hook the receivers to the services' signals (idempotent: dispatch uids)."""
     events.nodes_written.connect(after_nodes_written, dispatch_uid="memory.pipeline.after_nodes_written")
     events.messages_captured.connect(after_messages_captured,
                                      dispatch_uid="memory.pipeline.after_messages_captured")
     events.nodes_read.connect(after_nodes_read, dispatch_uid="memory.pipeline.after_nodes_read")
+    events.nodes_accessed.connect(after_nodes_accessed, dispatch_uid="memory.pipeline.after_nodes_accessed")

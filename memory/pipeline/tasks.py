@@ -62,6 +62,13 @@ def record_reads(batch: dict) -> int:
     return node_reads_write(**batch)
 
 
+@shared_task(name="memory.record_access", acks_late=True, max_retries=5, default_retry_delay=10)
+def record_access(batch: dict) -> int:
+    from memory.services.maintenance import node_access_record
+
+    return node_access_record(**batch)
+
+
 @shared_task(name="memory.sweep_read_audit")
 def sweep_read_audit() -> int:
     from memory.services.reads import read_events_sweep

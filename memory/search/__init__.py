@@ -15,11 +15,12 @@
 
 Everything here reads, inside the viewer's tenant context and through memory.visibility and
 memory.selectors, so a search sees exactly what its viewer may see. The one write is the access-count
-bump of the cards a search returns, through memory.services.maintenance.node_access_record (DESIGN
-rule 12); the writer tripwire of tests/test_structure.py fails on any other.
+bump of the cards a search returns, queued through memory.services.maintenance.node_access_queue and
+applied after the commit (DESIGN rule 12); the writer tripwire of tests/test_structure.py fails on any
+other.
 
 May import: memory.models, memory.rules, memory.selectors, memory.visibility, memory.http_json,
-memory.services.maintenance (node_access_record only) and tenants — never memory.api, memory.pages,
+memory.services.maintenance (node_access_queue only) and tenants — never memory.api, memory.pages,
 memory.pipeline or memory.transfer, which call search. memory.services imports only `embeddings`
 (to embed what it writes).
 """

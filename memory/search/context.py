@@ -14,9 +14,10 @@ Each node appears once in the pack, in the list of its type (task, constraint, p
 in `relevant_nodes`. The rendered `prompt` never exceeds the budget (measured with
 memory.rules.text.count_tokens on the final text).
 
-Failure never blocks the agent (DESIGN rule 11): every step runs in its own tenant transaction; a
-`DatabaseError` skips that part with a warning (`storeStatus: degraded`), and when every part fails
-the pack is empty with `storeStatus: disabled`. `build_context` itself never raises DatabaseError.
+Failure never blocks the agent (DESIGN rule 11): every step runs in its own tenant transaction (a
+savepoint inside a caller's transaction); a `DatabaseError` skips that part with a warning
+(`storeStatus: degraded`), and when every part fails the pack is empty with `storeStatus: disabled`.
+`build_context` itself never raises DatabaseError.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 from django.db.models import Case, F, IntegerField, Q, Value, When
 from django.utils import timezone
 
@@ -47,7 +48,7 @@ from memory.search.embeddings import embed_query
 from memory.search.messages import search_messages
 from memory.search.ranking import resolve_conflicts
 from memory.search.retrieval import MemoryQuery, search_nodes
-from memory.services.maintenance import node_access_record
+from memory.services.maintenance import node_access_queue
 from memory.visibility import Viewer, visible_nodes_q
 from tenants.context import tenant_context
 
@@ -104,7 +105,7 @@ def message_list_recent(*, viewer: Viewer, limit: int = RECENT_MESSAGES_MAX) -> 
     """Return the session's latest main-channel messages, oldest to newest (sub-agent traffic never)."""
     if not viewer.session_id:
         return []
-    with tenant_context(viewer.tenant):
+    with tenant_context(viewer.tenant, savepoint=False):
         newest = list(
             MemoryMessage.objects.filter(
                 tenant=viewer.tenant,
@@ -112,6 +113,7 @@ def message_list_recent(*, viewer: Viewer, limit: int = RECENT_MESSAGES_MAX) -> 
                 session_id=viewer.session_id,
                 channel=Channel.MAIN,
             )
+            .select_related("user")  # the API renders each message's userId
             .defer(*HEAVY_FIELDS)
             .order_by("-created_at", "-pk")[:limit]
         )
@@ -122,7 +124,7 @@ def summary_get_latest(*, viewer: Viewer) -> MemorySummary | None:
     """Return the newest summary of the viewer's session, or None."""
     if not viewer.session_id:
         return None
-    with tenant_context(viewer.tenant):
+    with tenant_context(viewer.tenant, savepoint=False):
         return (
             MemorySummary.objects.filter(
                 tenant=viewer.tenant, workspace=viewer.workspace, session_id=viewer.session_id
@@ -140,7 +142,7 @@ def node_list_standing(
     """
     always = Q(kind__in=sorted(ALWAYS_RECALLED_KINDS))
     standing = always | Q(type__in=[NodeType.TASK, NodeType.CONSTRAINT, NodeType.PREFERENCE])
-    with tenant_context(viewer.tenant):
+    with tenant_context(viewer.tenant, savepoint=False):
         return list(
             MemoryNode.objects.filter(visible_nodes_q(viewer), standing, status=NodeStatus.ACTIVE)
             .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
@@ -356,12 +358,19 @@ class _PromptPlan:
 
 
 class _Steps:
-    """Runs the parts of the pack, turning a database failure of one part into a warning."""
+    """Runs the parts of the pack, turning a database failure of one part into a warning.
 
-    def __init__(self) -> None:
+    Inside the pack's transaction (`shared`) the parts run after one savepoint: a part that fails
+    rolls the transaction back to it (undoing nothing but the failed part's statements, since the
+    parts only read) and the next part starts from a fresh one. Without it, each part's reads are a
+    transaction of their own.
+    """
+
+    def __init__(self, *, shared: bool) -> None:
         self.attempted = 0
         self.failed = 0
         self.warnings: list[str] = []
+        self.savepoint = transaction.savepoint() if shared else None
 
     def run(self, what: str, step: Callable[[], T], fallback: T) -> T:
         self.attempted += 1
@@ -373,7 +382,18 @@ class _Steps:
                 f"{what} unavailable ({type(error).__name__}); the pack was built without it."
             )
             logger.warning("Context pack: %s failed.", what, exc_info=True)
+            self._recover()
             return fallback
+
+    def _recover(self) -> None:
+        if self.savepoint is None:
+            return
+        try:
+            transaction.savepoint_rollback(self.savepoint)
+            self.savepoint = transaction.savepoint()
+        except DatabaseError:
+            # The connection itself is gone: the parts after this one fail and say so.
+            logger.warning("Context pack: the transaction could not be recovered.", exc_info=True)
 
     @property
     def store_status(self) -> str:
@@ -404,13 +424,31 @@ def _long_term_order(standing: list[MemoryNode], relevant: list[MemoryNode]) -> 
 def build_context(
     *, viewer: Viewer, query_text: str, token_budget: int = DEFAULT_TOKEN_BUDGET, now: datetime | None = None
 ) -> ContextPack:
-    """Return the context pack for the viewer's session and `query_text`, never over `token_budget`."""
+    """Return the context pack for the viewer's session and `query_text`, never over `token_budget`.
+
+    The parts share one transaction bound to the viewer's tenant once; when even that cannot be
+    opened (the store is down), each part tries on its own and reports its failure.
+    """
     now = now or timezone.now()
     budget = max(0, int(token_budget))
-    steps = _Steps()
     # Embedded once for both searches; None (no topic, or the provider failed) means keywords only.
     vector = embed_query(query_text) if query_terms(query_text or "") else None
+    pack: ContextPack | None = None
+    try:
+        # Inside a caller's transaction bound to the tenant (the API's) the pack joins it as it is.
+        with tenant_context(viewer.tenant, savepoint=False):
+            pack = _assemble(viewer, query_text, budget, now, vector, _Steps(shared=True))
+    except DatabaseError:
+        if pack is not None:
+            return pack  # only the closing commit of reads failed
+        logger.warning("Context pack: the tenant transaction could not be opened.", exc_info=True)
+        pack = _assemble(viewer, query_text, budget, now, vector, _Steps(shared=False))
+    return pack
 
+
+def _assemble(viewer: Viewer, query_text: str, budget: int, now: datetime, vector: Any,
+              steps: _Steps) -> ContextPack:
+    """Read the parts through `steps` and fit them into `budget`."""
     recent = steps.run("recent messages", lambda: message_list_recent(viewer=viewer), [])
     summary = steps.run("latest summary", lambda: summary_get_latest(viewer=viewer), None)
     standing = steps.run("standing memories", lambda: node_list_standing(viewer=viewer, now=now), [])
@@ -475,12 +513,8 @@ def build_context(
             target.append(source)
             pack.used_memory_ids.append(source.pk)
 
-    if pack.used_memory_ids:
-        steps.run(
-            "access counting",
-            lambda: node_access_record(tenant=viewer.tenant, node_ids=pack.used_memory_ids),
-            None,
-        )
+    # Applied after the commit, in the background: no statement, nothing that can fail here.
+    node_access_queue(tenant=viewer.tenant, node_ids=pack.used_memory_ids)
     seen_ids = {node.pk for node in (*standing, *relevant)} | {node_id for node_id, _ in dropped}
     if search is not None:
         seen_ids |= {omission.node_id for omission in search.omitted}

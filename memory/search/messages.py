@@ -68,7 +68,7 @@ def search_messages(
     diagnostics: dict[str, Any] = {"storeStatus": "ok", "searchModes": search_modes(plan)}
     if not plan.runs:
         return [], diagnostics
-    with tenant_context(viewer.tenant):
+    with tenant_context(viewer.tenant, savepoint=False):
         base = visible_messages(viewer)
         if session_id is not None:
             base = base.filter(session_id=session_id)

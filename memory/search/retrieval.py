@@ -4,8 +4,8 @@ Owns candidate selection (structured filters, list-all, and the keyword and vect
 memory.search.hybrid), fusion (memory.search.ranking), conflict resolution and limits. It reads only
 what memory.visibility lets the viewer see, inside `tenant_context(viewer.tenant)`. A text search runs
 both arms in one statement that returns candidate ids only; the scored cards (plus the structured
-matches) are then loaded in a second query. The only write is the access-count bump through
-`memory.services.maintenance.node_access_record` (DESIGN rule 12).
+matches) are then loaded in a second query. The only write is the access-count bump, queued through
+`memory.services.maintenance.node_access_queue` and applied after the commit (DESIGN rule 12).
 
 Semantics chosen where API.md is silent:
 - `key` with a ':' is an exact canonical key; a bare slot key ("avoid_ingredient") matches the slot
@@ -56,7 +56,7 @@ from memory.search.hybrid import (
 from memory.search.ranking import CARD_FUSION, is_expired, resolve_conflicts
 from memory.search.rerank import rerank_cards
 from memory.selectors import category_q, key_q, value_json_q
-from memory.services.maintenance import node_access_record
+from memory.services.maintenance import node_access_queue
 from memory.visibility import Viewer, visible_nodes_q
 from tenants.context import tenant_context
 
@@ -213,7 +213,7 @@ def search_nodes(
     rows: list[MemoryNode] = []
     scores: dict[Any, float] = {}
     found: TextCandidates | None = None
-    with tenant_context(viewer.tenant):
+    with tenant_context(viewer.tenant, savepoint=False):
         visible = MemoryNode.objects.filter(visible_nodes_q(viewer, query.scopes)).filter(
             _structured_q(query)
         )
@@ -267,5 +267,5 @@ def search_nodes(
         result.diagnostics["hits"] = [{"nodeId": str(node.pk), **found.explain(node.pk, scores[node.pk])}
                                       for node in result.relevant]
     if record_access:
-        node_access_record(tenant=viewer.tenant, node_ids=[node.pk for node in result.nodes])
+        node_access_queue(tenant=viewer.tenant, node_ids=[node.pk for node in result.nodes])
     return result

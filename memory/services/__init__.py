@@ -9,7 +9,8 @@ same transaction and announces follow-up work after commit (`events`):
 - `summaries`: the session summary chain (`summary_append`)
 - `nodes`: card writes (`node_write_batch`, and `node_write_bulk` for extraction and imports)
 - `forget`: soft and hard forget, restore (`node_forget`, `node_restore`)
-- `maintenance`: the expiry sweep and access counting (`nodes_expire_due`, `node_access_record`)
+- `maintenance`: the expiry sweep and access counting (`nodes_expire_due`; `node_access_queue` after
+  commit, applied by `node_access_record`)
 - `embeddings`: vectors for nodes and messages (derived data: no revision, no audit)
 - `imports`, `imports_nodes`: the rows an SQLite or JSONL import keeps (staged, then one statement each)
 - `guards`, `audit`, `events`: the shared checks, the audit-event writer, the after-commit signals
@@ -24,13 +25,13 @@ The names below are re-exported so callers may write `from memory import service
 
 from memory.services.forget import ForgetRequest, node_forget, node_restore
 from memory.services.guards import MAX_OPERATIONS
-from memory.services.maintenance import node_access_record, nodes_expire_due
+from memory.services.maintenance import node_access_queue, node_access_record, nodes_expire_due
 from memory.services.messages import message_append_batch
 from memory.services.nodes import BulkOutcome, NodeWrite, WriteResult, node_write_batch, node_write_bulk
 from memory.services.summaries import summary_append
 
 __all__ = [
     "MAX_OPERATIONS", "BulkOutcome", "ForgetRequest", "NodeWrite", "WriteResult", "message_append_batch",
-    "node_access_record", "node_forget", "node_restore", "node_write_batch", "node_write_bulk",
-    "nodes_expire_due", "summary_append",
+    "node_access_queue", "node_access_record", "node_forget", "node_restore", "node_write_batch",
+    "node_write_bulk", "nodes_expire_due", "summary_append",
 ]

@@ -1,4 +1,5 @@
-"""What the services announce once their transaction has committed: nodes written, messages captured, read.
+"""What the services announce once their transaction has committed: nodes written, messages captured,
+read, accessed.
 
 The services never import the pipeline (it imports them), so follow-up work is announced as Django
 signals sent from `transaction.on_commit`; `memory.pipeline.background` connects the receivers that
@@ -21,6 +22,8 @@ nodes_written = Signal()
 messages_captured = Signal()
 # Receivers get `batch`: the keyword arguments of memory.services.reads.node_reads_write.
 nodes_read = Signal()
+# Receivers get `batch`: the keyword arguments of memory.services.maintenance.node_access_record.
+nodes_accessed = Signal()
 
 
 def nodes_written_announce(*, tenant_id: int, node_ids: Iterable[UUID]) -> None:
@@ -44,3 +47,8 @@ def messages_captured_announce(*, tenant_id: int, workspace_id: int, session_id:
 def nodes_read_announce(*, batch: dict) -> None:
     """Send `nodes_read` with one read-audit batch after the current transaction commits."""
     transaction.on_commit(lambda: nodes_read.send(sender=MemoryNode, batch=batch))
+
+
+def nodes_accessed_announce(*, batch: dict) -> None:
+    """Send `nodes_accessed` with one access-count batch after the current transaction commits."""
+    transaction.on_commit(lambda: nodes_accessed.send(sender=MemoryNode, batch=batch))

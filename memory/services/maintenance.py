@@ -1,4 +1,8 @@
-"""Housekeeping writes nobody asks for in a request: the expiry sweep and access counting (seed 004)."""
+"""Housekeeping writes nobody asks for in a request: the expiry sweep and access counting (seed 004).
+
+Access counts are bumped after the reading request has committed, in the background: a request
+queues its batch (`node_access_queue`), a task applies it (`node_access_record`, one UPDATE).
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,14 @@ from datetime import datetime
 from uuid import UUID
 
 from django.db import connection
-from django.db.models import F
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from memory.models import AuditEventType, MemoryNode, NodeStatus
 from memory.services.audit import audit_chain_lock, audit_event_record
+from memory.services.events import nodes_accessed_announce
 from tenants.context import tenant_context
 from tenants.models import Tenant
 
@@ -40,15 +47,29 @@ def nodes_expire_due(*, now: datetime | None = None, limit_per_tenant: int = 100
     return expired
 
 
-def node_access_record(*, tenant: Tenant, node_ids: Iterable[UUID]) -> None:
-    """Count one retrieval of each node (seed 004) without touching its revision or updatedAt."""
+def node_access_queue(*, tenant: Tenant, node_ids: Iterable[UUID | str]) -> None:
+    """Count one retrieval of each node (seed 004) once the current transaction commits.
+
+    The request only announces the batch (`events.nodes_accessed`); memory.pipeline.background
+    queues `node_access_record` for it, so the bump costs the request no statement.
+    """
+    ids = [str(node_id) for node_id in dict.fromkeys(node_ids)]
+    if ids:
+        nodes_accessed_announce(batch={"tenant_id": tenant.pk, "node_ids": ids,
+                                       "accessed_at": timezone.now().isoformat()})
+
+
+def node_access_record(*, tenant_id: int, node_ids: list[str], accessed_at: str | None = None) -> int:
+    """Bump `accessCount` and `lastAccessedAt` of the nodes in one UPDATE, never their revision or
+    updatedAt (the task body of a `node_access_queue` batch); return the number of rows."""
     ids = list(dict.fromkeys(node_ids))
     if not ids:
-        return
-    with tenant_context(tenant):
-        # A lost access count after a crash is harmless; not waiting for the WAL flush keeps reads fast.
+        return 0
+    accessed = (parse_datetime(accessed_at) if accessed_at else None) or timezone.now()
+    with tenant_context(tenant_id):
+        # A lost access count after a crash is harmless; not waiting for the WAL flush keeps it cheap.
         with connection.cursor() as cursor:
             cursor.execute("SET LOCAL synchronous_commit = off")
-        MemoryNode.objects.filter(tenant=tenant, pk__in=ids).update(
-            access_count=F("access_count") + 1, last_accessed_at=timezone.now()
-        )
+        return MemoryNode.objects.filter(tenant_id=tenant_id, pk__in=ids).update(
+            access_count=F("access_count") + 1, last_accessed_at=Greatest(
+                Coalesce("last_accessed_at", Value(accessed)), Value(accessed)))
