@@ -67,7 +67,7 @@ def search_messages(
         if exclude_message_ids:
             base = base.exclude(message_id__in=list(exclude_message_ids))
         set_vector_search_width(plan)
-        scores = text_candidates(base, plan).scores(MESSAGE_FUSION)
+        scores = text_candidates(base, plan, tenant_id=viewer.tenant.pk).scores(MESSAGE_FUSION)
         best = list(scores)[: max(CONTEXT_CANDIDATES, 2 * limit)]
         scores = with_previous_turns(scores, _previous_turns(base, best))
         scores = rerank_messages(query_text, scores, diagnostics["searchModes"])
