@@ -2,12 +2,33 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """A quiet handler that answers JSON and records each request in `requests` (reset per server)."""
+
+    requests: list[dict] = []
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+    def reply(self, status: int, payload: dict | list | bytes) -> None:
+        body = payload if isinstance(payload, bytes) else json.dumps(payload, ensure_ascii=False).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (timeout tests)
 
 
 @contextmanager

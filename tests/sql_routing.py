@@ -51,8 +51,6 @@ class CrossShard:
         return name == self.origin or name.startswith(self.origin + ".")
 
 
-LEAD_TODO = "TODO lead: add tenant_id"
-
 # The one list of statements that may reach more than one shard, each with its reason (docs/scale-out.md).
 ALLOWLIST: tuple[CrossShard, ...] = (
     CrossShard("django.db.migrations",
@@ -75,7 +73,6 @@ ALLOWLIST: tuple[CrossShard, ...] = (
                "export/import commands: an operator names a workspace by its bare id, of any tenant"),
     CrossShard("memory.services.embeddings.vector_columns_resize",
                "reembed --alter-column: changes the vector columns' type and clears every row's model"),
-    CrossShard("memory.search.messages._previous_turns", LEAD_TODO),
     CrossShard("memory.tenant_indexes._run_ddl",
                "big tenants' own indexes: CREATE INDEX CONCURRENTLY ... WHERE tenant_id = <id> on a search table "
                "(DDL, which Citus propagates to every shard; not a routed query)"),

@@ -7,7 +7,6 @@ import logging
 import math
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -21,7 +20,7 @@ from memory.search.embeddings import (
     get_provider,
     reset_provider,
 )
-from tests.loopback import loopback_server
+from tests.loopback import JsonHandler, loopback_server
 
 DIMENSIONS = 4
 
@@ -31,23 +30,8 @@ def fake_vector(text: str) -> list[float]:
     return [float(len(text)), 1.0, 0.0, 2.0]
 
 
-class FakeEmbeddingsHandler(BaseHTTPRequestHandler):
+class FakeEmbeddingsHandler(JsonHandler):
     """Plays `POST {base}/embeddings`; the first path segment picks the behaviour."""
-
-    requests: list[dict] = []
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        pass
-
-    def reply(self, status: int, body: bytes) -> None:
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (timeout test)
 
     def do_POST(self) -> None:  # noqa: N802
         payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

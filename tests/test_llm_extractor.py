@@ -11,7 +11,6 @@ import json
 import time
 from collections.abc import Iterator
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler
 
 import pytest
 from django.utils import timezone
@@ -25,7 +24,7 @@ from memory.pipeline.plans import SourceMessage
 from memory.pipeline.runs import extraction_retry_due, extraction_run
 from tenants.context import tenant_context
 from tests.api_client import api_for
-from tests.loopback import loopback_server
+from tests.loopback import JsonHandler, loopback_server
 
 SEED = "以后做饭别给我推荐香菜，我喜欢少油少辣。"
 
@@ -126,23 +125,7 @@ FAKE_SUMMARY = {
 }
 
 
-class FakeChatModel(BaseHTTPRequestHandler):
-    requests: list[dict] = []
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        pass
-
-    def reply(self, status: int, payload: dict | bytes) -> None:
-        body = payload if isinstance(payload, bytes) else json.dumps(payload, ensure_ascii=False).encode()
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-
+class FakeChatModel(JsonHandler):
     def answer(self, content: str) -> None:
         self.reply(
             200,

@@ -1,5 +1,5 @@
-"""Pure ranking rules: term weights, hybrid fusion and its guards, conversation context and conflict
-precedence (DESIGN rule 8), no database."""
+"""Pure ranking rules: term weights, hybrid fusion and its guards and conflict precedence (DESIGN
+rule 8), no database."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from memory.search.ranking import (
     keyword_coverage,
     resolve_conflicts,
     term_weights,
-    with_previous_turns,
 )
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
@@ -179,15 +178,6 @@ def test_card_fusion_without_any_vector_ranks_by_the_whole_keyword_coverage() ->
         fusion=CARD_FUSION,
     )
     assert list(scores) == ["rare", "one_common"] and scores["one_common"] > 0
-
-
-def test_previous_turn_lends_a_share_of_its_score_to_a_relevant_reply_only() -> None:
-    scores = {"question": 0.8, "other": 0.5, "reply": 0.2}
-    previous = {"reply": "question", "unrelated": "other", "first": None}
-    boosted = with_previous_turns(scores, previous, weight=0.5)
-    assert boosted == pytest.approx({"question": 0.8, "reply": 0.6, "other": 0.5})
-    assert list(boosted) == ["question", "reply", "other"], "the reply passes `other`; `unrelated` stays out"
-    assert with_previous_turns(scores, {"question": "question"}) == scores, "a turn never lends to itself"
 
 
 # --------------------------------------------------------------------------- conflict precedence

