@@ -1,19 +1,23 @@
-"""Big tenants' own search structures: an HNSW index and term statistics each (`manage.py tenant_indexes`).
+"""Big tenants' own search structures: HNSW and GIN indexes and term statistics (`manage.py tenant_indexes`).
 
-The shared HNSW index of a search table holds every tenant's vectors, so a tenant-filtered nearest-
-neighbour search walks a graph of everyone's rows and filters afterwards, and below ~50k rows of a
-tenant the planner gives up on it for an exact scan that reads (detoasts) every vector of the tenant.
-A tenant whose rows in `memory_memorynode` or `memory_memorymessage` reach `EKKO_TENANT_INDEX_FROM`
-therefore gets a partial HNSW index of its own:
+The shared indexes of a search table hold every tenant's rows. A tenant-filtered nearest-neighbour
+search walks a graph of everyone's vectors and filters afterwards, and below ~50k rows of a tenant
+the planner gives up on it for an exact scan that reads (detoasts) every vector of the tenant; a
+keyword lookup in the shared GIN index finds every tenant's rows holding the word, and the planner
+(rightly, for a word common everywhere) prefers reading the whole tenant. A tenant whose rows in
+`memory_memorynode` or `memory_memorymessage` reach `EKKO_TENANT_INDEX_FROM` therefore gets partial
+indexes of its own:
 
     CREATE INDEX CONCURRENTLY memory_node_hnsw_t<tenant id in hex> ON memory_memorynode
         USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64) WHERE tenant_id = <id>
+    CREATE INDEX CONCURRENTLY memory_node_gin_t<tenant id in hex> ON memory_memorynode
+        USING gin (search_vector) WHERE tenant_id = <id>
 
-(`memory_message_hnsw_t…` for messages; memory.index_health reports them by that name). The search
+(`memory_message_…` for messages; memory.index_health reports them by these names). The search
 statements name their tenant as a literal (client-side parameter binding, custom plans), so the
-planner proves the predicate and walks only that tenant's graph. Such a tenant also gets term
-statistics (memory.services.term_stats, refreshed when older than TERM_STATS_MAX_AGE), from which the
-keyword arm weighs common words without counting their rows (memory.search.keyword_arm).
+planner proves the predicate and reads only that tenant's graph and posting lists. Such a tenant also
+gets term statistics (memory.services.term_stats, refreshed when older than TERM_STATS_MAX_AGE), from
+which the keyword arm weighs common words without counting their rows (memory.search.keyword_arm).
 
 Both go when the tenant's rows fall below half the threshold (so a tenant hovering at the threshold
 does not rebuild its graph every sweep); a deleted tenant's index is dropped (its rows and statistics
@@ -45,30 +49,34 @@ from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
 
-# Table kind in the index name → model. The graph parameters are the shared index's (memory.models).
+# Table kind in the index name → model. The HNSW graph parameters are the shared index's (memory.models).
 SEARCH_MODELS: dict[str, type[Model]] = {"node": MemoryNode, "message": MemoryMessage}
-HNSW_OPTIONS = "WITH (m = 16, ef_construction = 64)"
+METHODS: dict[str, str] = {
+    "hnsw": "USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)",
+    "gin": "USING gin (search_vector)",
+}
 # pg_try_advisory_lock key of the sweep: one sweep at a time per database, whichever process runs it.
 SWEEP_LOCK = 0x656B6B6F_69647831  # "ekkoidx1"
 # Term statistics move slowly (a share of rows holding a word); an hourly refresh keeps them close.
 TERM_STATS_MAX_AGE = timedelta(hours=1)
 
 
-def index_name(kind: str, tenant_id: int) -> str:
-    """Return the name of a tenant's own HNSW index on the `kind` ("node" or "message") table."""
-    return f"memory_{kind}_hnsw_t{int(tenant_id):x}"
+def index_name(kind: str, tenant_id: int, method: str = "hnsw") -> str:
+    """Return the name of a tenant's own index (`method` "hnsw" or "gin") on the `kind` ("node"/"message") table."""
+    return f"memory_{kind}_{method}_t{int(tenant_id):x}"
 
 
-def index_definition(kind: str, tenant_id: int) -> str:
-    """Return the CREATE INDEX CONCURRENTLY statement of a tenant's own HNSW index."""
+def index_definition(kind: str, tenant_id: int, method: str = "hnsw") -> str:
+    """Return the CREATE INDEX CONCURRENTLY statement of a tenant's own index."""
     table = SEARCH_MODELS[kind]._meta.db_table
-    return (f'CREATE INDEX CONCURRENTLY IF NOT EXISTS "{index_name(kind, tenant_id)}" ON "{table}" '
-            f"USING hnsw (embedding vector_cosine_ops) {HNSW_OPTIONS} WHERE tenant_id = {int(tenant_id):d}")
+    return (f'CREATE INDEX CONCURRENTLY IF NOT EXISTS "{index_name(kind, tenant_id, method)}" ON "{table}" '
+            f"{METHODS[method]} WHERE tenant_id = {int(tenant_id):d}")
 
 
 @dataclass(frozen=True)
 class TenantIndex:
     kind: str
+    method: str
     tenant_id: int
     name: str
     valid: bool
@@ -94,21 +102,22 @@ class SweepResult:
 
 
 def existing_indexes(*, using: str = "owner") -> list[TenantIndex]:
-    """Return the tenants' own HNSW indexes on the search tables, valid or not (by name: memory.index_health)."""
+    """Return the tenants' own indexes on the search tables, valid or not (by name: memory.index_health)."""
     tables = {model._meta.db_table: kind for kind, model in SEARCH_MODELS.items()}
     with connections[using].cursor() as cursor:
         cursor.execute(
-            "SELECT t.relname, i.relname, x.indisvalid FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
-            "JOIN pg_class t ON t.oid = x.indrelid JOIN pg_am am ON am.oid = i.relam "
-            "WHERE t.relname = ANY(%s) AND am.amname = 'hnsw' AND pg_table_is_visible(t.oid) ORDER BY i.relname",
-            [list(tables)])
+            "SELECT t.relname, i.relname, am.amname, x.indisvalid FROM pg_index x "
+            "JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid "
+            "JOIN pg_am am ON am.oid = i.relam "
+            "WHERE t.relname = ANY(%s) AND am.amname = ANY(%s) AND pg_table_is_visible(t.oid) ORDER BY i.relname",
+            [list(tables), list(METHODS)])
         rows = cursor.fetchall()
     found = []
-    for table, name, valid in rows:
+    for table, name, method, valid in rows:
         kind = tables[table]
         tenant_id = own_tenant(name, None)
-        if isinstance(tenant_id, int) and name == index_name(kind, tenant_id):
-            found.append(TenantIndex(kind, tenant_id, name, bool(valid)))
+        if isinstance(tenant_id, int) and name == index_name(kind, tenant_id, method):
+            found.append(TenantIndex(kind, method, tenant_id, name, bool(valid)))
     return found
 
 
@@ -136,7 +145,7 @@ def sweep_plan(*, threshold: int, using: str = "owner", now: datetime | None = N
     now = now or timezone.now()
     keep_from = max(1, threshold // 2)
     tenants = set(Tenant.objects.values_list("pk", flat=True))
-    have = {(index.kind, index.tenant_id): index for index in existing_indexes(using=using)}
+    have = {(index.kind, index.method, index.tenant_id): index for index in existing_indexes(using=using)}
     for index in have.values():
         if index.tenant_id not in tenants:
             plan.drop.append((index, "tenant deleted"))
@@ -144,14 +153,16 @@ def sweep_plan(*, threshold: int, using: str = "owner", now: datetime | None = N
             plan.drop.append((index, "invalid (an interrupted build)"))
     for tenant_id in sorted(tenants):
         for kind in SEARCH_MODELS:
-            index = have.get((kind, tenant_id))
+            own = {method: have.get((kind, method, tenant_id)) for method in METHODS}
             rows = tenant_rows(kind, tenant_id, up_to=threshold)
-            big = rows >= (threshold if index is None else keep_from)
-            if big and (index is None or not index.valid):
-                plan.create.append((TenantIndex(kind, tenant_id, index_name(kind, tenant_id), True),
-                                    f"{rows:,}+ rows"))
-            elif not big and index is not None and index.valid:
-                plan.drop.append((index, f"{rows:,} rows, below {keep_from:,}"))
+            # A tenant that has its structures keeps them down to half the threshold.
+            big = rows >= (keep_from if any(own.values()) else threshold)
+            for method, index in own.items():
+                if big and (index is None or not index.valid):
+                    plan.create.append((TenantIndex(kind, method, tenant_id, index_name(kind, tenant_id, method),
+                                                    True), f"{rows:,}+ rows"))
+                elif not big and index is not None and index.valid:
+                    plan.drop.append((index, f"{rows:,} rows, below {keep_from:,}"))
             refreshed = stats_refreshed_at(kind, tenant_id)
             if big and (refreshed is None or now - refreshed > TERM_STATS_MAX_AGE):
                 plan.refresh.append((kind, tenant_id))
@@ -192,7 +203,7 @@ def tenant_indexes_sweep(*, threshold: int | None = None, dry_run: bool = False,
         for index, reason in plan.create:
             started = time.perf_counter()
             try:
-                _run_ddl(using, index_definition(index.kind, index.tenant_id))
+                _run_ddl(using, index_definition(index.kind, index.tenant_id, index.method))
             except DatabaseError as error:
                 # A failed concurrent build leaves an invalid index behind: remove it, the next sweep retries.
                 logger.warning("tenant indexes: building %s failed: %s", index.name, error)

@@ -96,14 +96,16 @@ def test_the_sweep_gives_a_big_tenant_its_index_and_statistics_and_takes_them_ba
                                                                                     small_thresholds):
     _fill(tenant_a, copies=4)  # 40 cards, 40 messages
     _fill(tenant_b, copies=1)
-    names = {index_name("node", tenant_a.pk), index_name("message", tenant_a.pk)}
+    names = {index_name(kind, tenant_a.pk, method) for kind in ("node", "message") for method in ("hnsw", "gin")}
 
     result = tenant_indexes_sweep(threshold=30)
     assert set(result.created) == names and _own_indexes(tenant_a) == names and not _own_indexes(tenant_b)
     with connections["owner"].cursor() as cursor:
-        cursor.execute("SELECT pg_get_indexdef(%s::regclass)", [index_name("node", tenant_a.pk)])
-        definition = cursor.fetchone()[0]
-    assert "USING hnsw (embedding vector_cosine_ops)" in definition and f"(tenant_id = {tenant_a.pk})" in definition
+        cursor.execute("SELECT pg_get_indexdef(%s::regclass), pg_get_indexdef(%s::regclass)",
+                       [index_name("node", tenant_a.pk), index_name("message", tenant_a.pk, "gin")])
+        hnsw, gin = cursor.fetchone()
+    assert "USING hnsw (embedding vector_cosine_ops)" in hnsw and f"(tenant_id = {tenant_a.pk})" in hnsw
+    assert "memory_memorymessage USING gin (search_vector)" in gin and f"(tenant_id = {tenant_a.pk})" in gin
     stats = _stats(tenant_a)
     # Each card's words are in its four copies; a card's own number (its title's "0" .. "3") is in ten.
     assert stats[""] == 40 and stats["coriand"] == 4 and stats["0"] == 10 and _stats(tenant_a, "message")
@@ -120,8 +122,9 @@ def test_the_sweep_gives_a_big_tenant_its_index_and_statistics_and_takes_them_ba
         MemoryNode.objects.filter(tenant=tenant_a, pk__in=list(
             MemoryNode.objects.filter(tenant=tenant_a).values_list("pk", flat=True)[:10])).delete()
     result = tenant_indexes_sweep(threshold=30)
-    assert result.dropped == [index_name("node", tenant_a.pk)] and result.plan.clear == [("node", tenant_a.pk)]
-    assert _own_indexes(tenant_a) == {index_name("message", tenant_a.pk)} and not _stats(tenant_a)
+    node_indexes = {index_name("node", tenant_a.pk, method) for method in ("hnsw", "gin")}
+    assert set(result.dropped) == node_indexes and result.plan.clear == [("node", tenant_a.pk)]
+    assert _own_indexes(tenant_a) == names - node_indexes and not _stats(tenant_a) and _stats(tenant_a, "message")
 
     out = StringIO()
     call_command("tenant_indexes", "--from", "30", "--dry-run", stdout=out)
@@ -139,10 +142,12 @@ def test_a_deleted_tenants_index_is_dropped_and_an_interrupted_build_is_built_ag
                        f"WHERE tenant_id = {gone}")
         # What a cancelled CREATE INDEX CONCURRENTLY leaves behind.
         cursor.execute("UPDATE pg_index SET indisvalid = false WHERE indexrelid = %s::regclass", [node_b])
-    assert {index.name: index.valid for index in existing_indexes()} == {node_gone: True, node_b: False}
+    assert {index.name: index.valid for index in existing_indexes() if index.method == "hnsw"} == {
+        node_gone: True, node_b: False}
     result = tenant_indexes_sweep(threshold=30)
     assert set(result.dropped) == {node_gone, node_b} and result.created == [node_b]
-    assert {index.name: index.valid for index in existing_indexes()} == {node_b: True}
+    assert {index.name: index.valid for index in existing_indexes()} == {
+        node_b: True, index_name("node", tenant_b.pk, "gin"): True}
 
 
 @pytest.mark.django_db(transaction=True, databases=["default", "owner"])

@@ -1,4 +1,4 @@
-"""`manage.py tenant_indexes [--dry-run] [--from N]`: build and drop big tenants' own HNSW indexes now."""
+"""`manage.py tenant_indexes [--dry-run] [--from N]`: build and drop big tenants' own indexes and statistics now."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from memory.tenant_indexes import tenant_indexes_sweep
 
 class Command(BaseCommand):
     help = (
-        "Give every tenant with at least EKKO_TENANT_INDEX_FROM cards (or messages) its own partial HNSW "
-        "index (CREATE INDEX CONCURRENTLY ... WHERE tenant_id = <id>), and drop the indexes of tenants "
-        "below half of it, of deleted tenants and interrupted builds: the beat task memory.tenant_indexes, "
-        "run now."
+        "Give every tenant with at least EKKO_TENANT_INDEX_FROM cards (or messages) its own partial HNSW and "
+        "GIN indexes (CREATE INDEX CONCURRENTLY ... WHERE tenant_id = <id>) and term statistics; drop those "
+        "of tenants below half of it, the indexes of deleted tenants and of interrupted builds: the beat "
+        "task memory.tenant_indexes, run now."
     )
 
     def add_arguments(self, parser) -> None:  # noqa: ANN001
