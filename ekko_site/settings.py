@@ -258,6 +258,11 @@ EKKO_EXTRACT_STALE_SECONDS = env_int("EKKO_EXTRACT_STALE_SECONDS", 600)
 EKKO_SUMMARY_EVERY_MESSAGES = env_int("EKKO_SUMMARY_EVERY_MESSAGES", 20)
 # Read audit (memory/services/reads.py): who read which card is kept this many days.
 EKKO_READ_AUDIT_DAYS = env_int("EKKO_READ_AUDIT_DAYS", 30)
+# A tenant with this many cards (or messages) gets its own partial HNSW and GIN indexes and term statistics,
+# dropped again below half of it (memory/tenant_indexes.py, swept every EKKO_TENANT_INDEX_SWEEP_SECONDS);
+# 0 turns them off.
+EKKO_TENANT_INDEX_FROM = env_int("EKKO_TENANT_INDEX_FROM", 10000)
+EKKO_TENANT_INDEX_SWEEP_SECONDS = env_int("EKKO_TENANT_INDEX_SWEEP_SECONDS", 600)
 
 LOGGING = {
     "version": 1,
@@ -326,4 +331,5 @@ CELERY_BEAT_SCHEDULE = {
     "retry-extractions": {"task": "memory.retry_extractions", "schedule": 60.0},
     "embed-missing": {"task": "memory.embed_missing", "schedule": 300.0},
     "sweep-read-audit": {"task": "memory.sweep_read_audit", "schedule": 3600.0},
+    "tenant-indexes": {"task": "memory.tenant_indexes", "schedule": float(EKKO_TENANT_INDEX_SWEEP_SECONDS)},
 }

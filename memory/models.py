@@ -349,3 +349,33 @@ class ExtractionRun(TenantOwnedModel):
             models.Index(fields=["tenant", "workspace", "session_id", "created_at"], name="extraction_session_idx"),
             models.Index(fields=["tenant", "status", "next_retry_at"], name="extraction_retry_idx"),
         ]
+
+
+class SearchTable(models.TextChoices):
+    """The searched tables, as the term statistics and the tenants' own indexes name them."""
+
+    NODE = "node"
+    MESSAGE = "message"
+
+
+class MemoryTermStat(TenantOwnedModel):
+    """How many of a big tenant's searched rows hold one common search term (memory.search.hybrid's weights).
+
+    Refreshed by the tenant-index sweep (memory.services.term_stats) for tenants with their own index:
+    one row per term found in at least `KEPT_FROM` rows, plus one row with an empty term (`COLLECTION`)
+    that holds the size of the collection. Derived from the tenant's rows and never shown; a term has to be
+    in many rows to be kept here, so no single card's words are.
+    """
+
+    # A term is kept when at least this many rows hold it; the empty term's row counts the rows searched.
+    KEPT_FROM = 100
+    COLLECTION = ""
+
+    id = models.BigAutoField(primary_key=True)
+    source = models.CharField(max_length=16, choices=SearchTable.choices, help_text="The searched table.")
+    term = models.CharField(max_length=200, blank=True)
+    documents = models.PositiveIntegerField()
+    refreshed_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "source", "term"], name="term_stat_uniq")]

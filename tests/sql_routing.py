@@ -73,6 +73,9 @@ ALLOWLIST: tuple[CrossShard, ...] = (
                "export/import commands: an operator names a workspace by its bare id, of any tenant"),
     CrossShard("memory.services.embeddings.vector_columns_resize",
                "reembed --alter-column: changes the vector columns' type and clears every row's model"),
+    CrossShard("memory.tenant_indexes._run_ddl",
+               "big tenants' own indexes: CREATE INDEX CONCURRENTLY ... WHERE tenant_id = <id> on a search table "
+               "(DDL, which Citus propagates to every shard; not a routed query)"),
     CrossShard("tests", "the tests' own look at the database (assertions, raw SQL that proves row-level "
                "security); the application sends none of these", sender_only=True),
 )

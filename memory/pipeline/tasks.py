@@ -74,3 +74,11 @@ def sweep_read_audit() -> int:
     from memory.services.reads import read_events_sweep
 
     return read_events_sweep()
+
+
+@shared_task(name="memory.tenant_indexes")
+def tenant_indexes() -> int:
+    from memory.tenant_indexes import tenant_indexes_sweep
+
+    result = tenant_indexes_sweep()
+    return len(result.created) + len(result.dropped)

@@ -21,9 +21,10 @@ from django.core.exceptions import EmptyResultSet
 from django.db import connection
 from django.db.models import QuerySet
 
-from memory.models import EMBEDDING_DIM
-from memory.rules.text import query_terms, tsquery_text
+from memory.models import EMBEDDING_DIM, MemoryMessage, SearchTable
+from memory.rules.text import query_terms
 from memory.search.embeddings import embed_query
+from memory.search.keyword_arm import capped_part, capped_plan, exact_part, term_stats
 from memory.search.ranking import Fusion, KeywordHit, VectorHit, hybrid_scores, keyword_coverage, term_weights
 
 logger = logging.getLogger(__name__)
@@ -32,13 +33,13 @@ logger = logging.getLogger(__name__)
 _row_counts: dict[tuple, tuple[int, float]] = {}
 _row_counts_lock = threading.Lock()
 
-# Bounds on each arm: the keyword arm ranks at most this many matches' ids, the vector arm asks the
-# HNSW index for this many neighbours.
-KEYWORD_CANDIDATES = 200
-# The term weights need the number of searched rows. It is counted up to ROW_COUNT_CAP (beyond it the
-# weights barely move); a count of at least ROW_COUNT_REUSE_FROM rows is reused for ROW_COUNT_TTL
-# seconds by later searches over the same rows, since it costs a read of every row and drifts slowly.
-# Smaller sets are counted every time (cheap, and exact for tests and small workspaces).
+# The vector arm asks the HNSW index for at most this many neighbours (the keyword arm's bounds are
+# memory.search.keyword_arm's).
+# The term weights need the number of searched rows. It is counted up to ROW_COUNT_CAP; a count of at
+# least ROW_COUNT_REUSE_FROM rows is reused for ROW_COUNT_TTL seconds by later searches over the same
+# rows, since it costs a read of every row and drifts slowly, and marks the set as big (the keyword arm
+# may then use the tenant's term statistics). Smaller sets are counted every time (cheap, and exact for
+# tests and small workspaces).
 ROW_COUNT_CAP = 10_000
 ROW_COUNT_REUSE_FROM = 2_000
 ROW_COUNT_TTL = 120.0
@@ -99,10 +100,6 @@ def search_modes(plan: TextPlan) -> list[str]:
     return modes
 
 
-def _term_query(term: str) -> str:
-    return tsquery_text([term])
-
-
 def _vector_literal(vector: Sequence[float]) -> str:
     return "[" + ",".join(repr(float(value)) for value in vector) + "]"
 
@@ -146,66 +143,59 @@ class TextCandidates:
 
 
 def text_candidates(
-    arm_base: QuerySet, plan: TextPlan, *, vector_limit: int = VECTOR_CANDIDATES
+    arm_base: QuerySet, plan: TextPlan, *, vector_limit: int = VECTOR_CANDIDATES, tenant_id: int | None = None
 ) -> TextCandidates:
-    """Run the keyword arm, the vector arm and the row count in one statement.
+    """Run the keyword arm, the vector arm and (when not reused) the row count in one statement.
 
-    Keyword arm: every row that contains a query term gets one bit per term it contains, and every
-    term its document frequency among *all* those rows (window counts, taken before the limit); the
-    KEYWORD_CANDIDATES rows holding the rarest terms are returned. With the searched-row count the
-    frequencies give the terms' BM25 weights. Each matching row's tsvector is read once (`strip` in
-    a fenced subquery): a long one lives in TOAST, and each `@@` on the raw column would fetch it
-    again. Vector arm: the nearest `vector_limit` neighbours (HNSW) with their distances.
+    Keyword arm (memory.search.keyword_arm): the KEYWORD_CANDIDATES rows holding the rarest query
+    terms, a bit per term each holds, and every term's document frequency, which with the searched-row
+    count give the terms' BM25 weights. A set of at least ROW_COUNT_REUSE_FROM rows in `tenant_id`'s
+    tenant, when that tenant has term statistics, takes its frequencies from them and reads only the
+    rarest terms' rows; any other set counts them exactly over every matching row. Vector arm: the
+    nearest `vector_limit` neighbours (HNSW; a big tenant's own index, memory.tenant_indexes) with their
+    distances.
     """
     base = queryset_sql(arm_base, "id", "embedding", "search_vector")
     if base is None:
         return TextCandidates(weights=[0.0] * len(plan.terms))
     base_sql, base_params = base
-    bits = [1 << index for index in range(len(plan.terms))]
-    term_params = [_term_query(term) for term in plan.terms]
-    mask_sql = " + ".join(f"(s.sv @@ to_tsquery('simple', %s))::int * {bit:d}" for bit in bits)
-    frequencies = ", ".join(
-        f"count(*) FILTER (WHERE m.mask & {bit:d} <> 0) OVER () AS df{bit:d}" for bit in bits
-    )
-    rarity = " + ".join(
-        f"(w.mask & {bit:d} <> 0)::int::float8 / greatest(w.df{bit:d}, 1)" for bit in bits
-    )
-    frequency_columns = ", ".join(f"w.df{bit:d}" for bit in bits)
-    nulls = ", ".join(["NULL::bigint"] * len(bits))
+    terms = plan.terms
+    nulls = ", ".join(["NULL::bigint"] * len(terms))
     vector = _vector_literal(plan.vector) if plan.vector is not None else None
     distance_sql = "t.embedding <=> %s::vector" if vector is not None else "NULL::float8"
+    distance_params = [vector] if vector is not None else []
 
-    # ('k' | 'v' | 'n', id, mask or row count, distance, one document frequency per term); the keyword
-    # rows' distances are computed after the limit (a vector may live out of line: read it only then).
-    parts = [
-        f"(SELECT 'k', t.id, t.mask, {distance_sql}, {frequency_columns.replace('w.', 't.')} FROM ("
-        f" SELECT w.id, w.embedding, w.mask, {frequency_columns} FROM ("
-        f"  SELECT m.id, m.embedding, m.mask, {frequencies} FROM ("
-        f"   SELECT s.id, s.embedding, ({mask_sql}) AS mask FROM ("
-        f"    SELECT b.id, b.embedding, strip(b.search_vector) AS sv FROM ({base_sql}) b"
-        f"    WHERE b.search_vector @@ to_tsquery('simple', %s) OFFSET 0) s) m) w"
-        f"  ORDER BY {rarity} DESC, w.id LIMIT {KEYWORD_CANDIDATES:d}) t)"
-    ]
-    params: list[Any] = [*([vector] if vector else []), *term_params, *base_params, tsquery_text(plan.terms)]
+    count_key = (base_sql, tuple(str(param) for param in base_params))
+    row_count, fresh = _known_row_count(count_key)
+    big = row_count is not None and row_count >= ROW_COUNT_REUSE_FROM
+    source = SearchTable.MESSAGE if arm_base.model is MemoryMessage else SearchTable.NODE
+    stats = term_stats(tenant_id, source, load=big) if tenant_id is not None and big else None
+    prefix, params = "", []
+    if stats is not None:
+        capped = capped_plan(terms, stats)
+        keyword_sql, keyword_params, prefix, params = capped_part(
+            base_sql, base_params, terms, capped, distance_sql, distance_params)
+    else:
+        keyword_sql, keyword_params = exact_part(base_sql, base_params, terms, distance_sql, distance_params)
+    parts = [keyword_sql]
+    params += keyword_params
     if vector is not None:
         parts.append(
             f"(SELECT 'v', b.id, 0, b.embedding <=> %s::vector AS distance, {nulls} FROM ({base_sql}) b"
             f" WHERE b.embedding IS NOT NULL ORDER BY distance LIMIT {max(1, int(vector_limit)):d})"
         )
         params += [vector, *base_params]
-    count_key = (base_sql, tuple(str(param) for param in base_params))
-    row_count = _reused_row_count(count_key)
-    if row_count is None:
+    if not fresh:
         parts.append(
             f"(SELECT 'n', NULL, count(*), NULL::float8, {nulls} FROM"
             f" (SELECT 1 FROM ({base_sql}) b LIMIT {ROW_COUNT_CAP:d}) c)"
         )
         params += base_params
     with connection.cursor() as cursor:
-        cursor.execute(" UNION ALL ".join(parts), params)
+        cursor.execute(prefix + " UNION ALL ".join(parts), params)
         rows = cursor.fetchall()
 
-    document_frequencies = [0] * len(bits)
+    document_frequencies = [0] * len(terms)
     matched: dict[Any, int] = {}
     distance: dict[Any, float | None] = {}
     vector_found: set[Any] = set()
@@ -213,23 +203,29 @@ def text_candidates(
         if arm == "n":
             row_count = mask
             _remember_row_count(count_key, mask)
+        elif arm == "f":
+            document_frequencies = row_frequencies
         elif arm == "k":
-            matched[pk], distance[pk], document_frequencies = mask, row_distance, row_frequencies
+            matched[pk], distance[pk] = mask, row_distance
+            if stats is None:
+                document_frequencies = row_frequencies
         else:
             distance[pk] = row_distance
             vector_found.add(pk)
+    collection = stats.collection if stats is not None else row_count or 0
     return TextCandidates(
-        weights=term_weights(row_count or 0, document_frequencies), matched=matched, distance=distance,
+        weights=term_weights(collection, document_frequencies), matched=matched, distance=distance,
         vector_found=vector_found,
     )
 
 
-def _reused_row_count(key: tuple) -> int | None:
+def _known_row_count(key: tuple) -> tuple[int | None, bool]:
+    """Return the last row count of these searched rows (None if never counted) and whether it is fresh."""
     with _row_counts_lock:
         entry = _row_counts.get(key)
-    if entry is None or entry[1] < time.monotonic():
-        return None
-    return entry[0]
+    if entry is None:
+        return None, False
+    return entry[0], entry[1] >= time.monotonic()
 
 
 def _remember_row_count(key: tuple, count: int) -> None:

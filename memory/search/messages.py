@@ -77,7 +77,7 @@ def search_messages(
         if exclude_message_ids:
             base = base.exclude(message_id__in=list(exclude_message_ids))
         set_vector_search_width(plan)
-        fused = text_candidates(base, plan).scores(MESSAGE_FUSION)
+        fused = text_candidates(base, plan, tenant_id=viewer.tenant.pk).scores(MESSAGE_FUSION)
         ranked = list(fused)[: max(RANKED_CANDIDATES, 2 * limit)]
         turns = _turns(base, viewer.tenant.pk, ranked, ranked[: max(CONTEXT_CANDIDATES, 2 * limit)])
         scores = conversation_scores(

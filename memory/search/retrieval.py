@@ -225,7 +225,7 @@ def search_nodes(
             set_vector_search_width(plan)
             # Every vector neighbour is a card candidate: ask for as many as the answer can use.
             found = text_candidates(base.filter(status__in=text_statuses), plan,
-                                    vector_limit=min(VECTOR_CANDIDATES, text_cap))
+                                    vector_limit=min(VECTOR_CANDIDATES, text_cap), tenant_id=viewer.tenant.pk)
             scores = found.scores(CARD_FUSION)
             wanted = Q(pk__in=list(scores)[:text_cap])
             if enumerated is not None:
