@@ -3,8 +3,8 @@
 - `retrieval`: `memory/search` over memory cards (`search_nodes`, `MemoryQuery`): structured filters,
   list-all, text ranking, conflict resolution, limits and what was omitted
 - `messages`: `messages/search` over the evidence log (`search_messages`)
-- `conversation`: the pure conversation-context rules of message search — question turns, previous
-  and next turn, session strength
+- `conversation`: the pure conversation-context rules of message search — questions ask, replies
+  answer, sessions cluster
 - `hybrid`: the keyword and vector arms both run, in one SQL statement per search
 - `ranking`: the pure rules — term weights, score fusion, conflict precedence
   (DESIGN rule 8); no ORM, unit-tested without a database
