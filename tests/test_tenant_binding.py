@@ -11,8 +11,15 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from tenants.context import all_tenants_context, bind_tenant, tenant_context
+from tenants.context import all_tenants_context, bind_tenant, tenant_context, unbind
 from tests.factories import make_tenant
+
+
+@pytest.fixture(autouse=True)
+def unbound_afterwards():  # noqa: ANN201
+    """`bind_tenant` lasts until the request ends (tenants.middleware unbinds); here, until the test does."""
+    yield
+    unbind()
 
 
 def visible_workspace_tenants() -> list[int]:
