@@ -70,6 +70,9 @@ class Report:
     pgstattuple: bool
     tables: list[TableHealth]
     tenants: list[TenantIndexes]
+    # `tsvector @@ tsquery` is leakproof, so keyword searches under row-level security can use the GIN
+    # indexes (memory migration 0010 sets it when it runs as a superuser).
+    text_match_leakproof: bool = False
 
 
 def tenant_tables() -> list[str]:
@@ -93,7 +96,16 @@ def index_health(*, using: str = "owner") -> Report:
             if table in health:
                 health[table].indexes.append(index)
         owners = _tenant_indexes(cursor, [index for table in health.values() for index in table.indexes])
-    return Report(pgstattuple=has_pgstattuple, tables=list(health.values()), tenants=owners)
+        leakproof = text_match_leakproof(cursor)
+    return Report(pgstattuple=has_pgstattuple, tables=list(health.values()), tenants=owners,
+                  text_match_leakproof=leakproof)
+
+
+def text_match_leakproof(cursor) -> bool:  # noqa: ANN001
+    """Return whether `tsvector @@ tsquery` may be an index condition under row-level security."""
+    cursor.execute("SELECT proleakproof FROM pg_proc WHERE oid = %s::regprocedure",
+                   ["ts_match_vq(tsvector, tsquery)"])
+    return bool(cursor.fetchone()[0])
 
 
 def _indexes(cursor, tables: list[str], has_pgstattuple: bool,  # noqa: ANN001

@@ -14,13 +14,12 @@ import pytest
 from django.core.management import call_command
 from django.db import connection, connections
 
-from memory.models import MemoryMessage, MemoryNode, MemoryTermStat
+from memory.models import MemoryNode, MemoryTermStat
 from memory.search import hybrid, keyword_arm
 from memory.search.embeddings import get_provider
 from memory.search.keyword_arm import KEYWORD_ROWS_READ, CappedPlan, TermStats, capped_plan
 from memory.search.messages import search_messages
 from memory.search.retrieval import MemoryQuery, search_nodes
-from memory.services.term_stats import term_stats_refresh
 from memory.tenant_indexes import existing_indexes, index_name, sweep_plan, tenant_indexes_sweep
 from tenants.context import tenant_context
 from tests.memory_factories import default_workspace, make_member, make_message, make_node, make_viewer
@@ -191,6 +190,22 @@ def test_the_vector_arms_statement_can_walk_the_tenants_own_index(tenant_a, tena
         search_nodes(viewer=viewer, query=MemoryQuery(query_text="coffee", limit=10), record_access=False,
                      query_embedding=vector)
     assert f"Index Scan using {index_name('node', tenant_a.pk)}" in plans[0]
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "owner"])
+def test_a_keyword_match_is_a_gin_index_condition_under_row_level_security(tenant_a, tenant_b):
+    """`search_vector @@ q` can use a GIN index for the application's role (migration 0010). Without a
+    leakproof ts_match_vq, row-level security keeps it a filter evaluated on every row of the tenant, and
+    a big tenant's keyword search reads all of its rows."""
+    _fill(tenant_a, copies=1, with_messages=False)
+    with tenant_context(tenant_a), connection.cursor() as cursor:
+        # Price out every other way to the rows: only the GIN index, or reading the table, remains.
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL enable_indexscan = off")
+        cursor.execute("EXPLAIN SELECT id FROM memory_memorynode "
+                       "WHERE search_vector @@ to_tsquery('simple', %s)", ["coriand"])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "Bitmap Index Scan on node_search_gin" in plan, plan
 
 
 def test_the_capped_arm_reads_the_rarest_terms_that_fit_and_pairs_the_two_rarest_when_none_does():

@@ -52,6 +52,10 @@ def render(report: Report) -> list[str]:
         [[t.name, i.name, i.method, _size(i.size_bytes), "?" if i.rows < 0 else str(i.rows), _bloat(i),
           "yes" if i.valid else "NO", "" if i.tenant_id is None else str(i.tenant_id), i.predicate or ""]
          for t in report.tables for i in t.indexes])
+    lines += ["", "Keyword search under row-level security: " + (
+        "uses the GIN indexes (tsvector @@ tsquery is leakproof)" if report.text_match_leakproof else
+        "CANNOT use the GIN indexes: as a superuser run "
+        "ALTER FUNCTION ts_match_vq(tsvector, tsquery) LEAKPROOF")]
     lines += ["", "Tenants with their own index"]
     if not report.tenants:
         lines.append("  none: every tenant is served by the shared indexes")
