@@ -1,12 +1,15 @@
-"""Set-based creates: a write made only of creates on distinct slots, in a handful of statements.
+"""Set-based creates: a write made only of creates on distinct slots (one or a hundred), in a handful of
+statements.
 
 The rules are those of the one-by-one path (`nodes._create`), in the same order: every draft is
 validated first (`node_prepare`; the first invalid one refuses the write and nothing is written),
 then one locked lookup finds the active cards of all the slots, same content answers `noop`, new
 content supersedes (`successor_link`), and one UPDATE retires the superseded cards, one INSERT
 adds the new ones and one INSERT their audit events, in operation order, so the chain's trigger
-links them exactly as it would one by one. Two creates on one slot depend on their order (the
-second supersedes or repeats the first): such a write goes one by one.
+links them exactly as it would one by one. The tenant's audit-chain lock is taken after the
+validation, before the first row lock, so concurrent writes validate side by side. Two creates on
+one slot depend on their order (the second supersedes or repeats the first): such a write goes
+one by one.
 """
 
 from __future__ import annotations
@@ -77,12 +80,13 @@ def slot_occupants(ctx: WriteContext, slots: Sequence[Slot]) -> dict[Slot, Memor
 
 def creates_apply(ctx: WriteContext, operations: Sequence[dict[str, Any]]) -> list[WriteResult] | None:
     """Apply a write of creates set-based; None when it needs the one-by-one path (nothing done then)."""
-    if len(operations) < 2 or any(op.get("operation") != "create" for op in operations):
+    if not operations or any(op.get("operation") != "create" for op in operations):
         return None
     prepared = [node_prepare(ctx, op["node"], base=None) for op in operations]
     slots = [slot_of(node) for node, _ in prepared]
     if len(set(slots)) < len(slots):
         return None
+    ctx.chain_lock()  # validated without it: concurrent writes of the tenant validate side by side
     occupants = slot_occupants(ctx, slots)
     retired: list[MemoryNode | None] = []
     for node, result in prepared:

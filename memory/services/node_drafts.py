@@ -8,7 +8,7 @@ references (workspaces, members, cited messages), each looked up once per write.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,11 +72,14 @@ def evidence_load(viewer: Viewer, source_message_ids: Sequence[str]) -> Evidence
 
 
 class WriteContext:
-    """What one write knows: the viewer, its intent and evidence, the tenant's kinds and the clock."""
+    """What one write knows: the viewer, its intent and evidence, the tenant's kinds, the clock and the
+    audit-chain lock."""
 
     def __init__(self, viewer: Viewer, explicit_user_intent: bool, evidence: Evidence,
-                 extra_kinds: Mapping[str, KindSpec]) -> None:
+                 extra_kinds: Mapping[str, KindSpec], chain_lock: Callable[[], None]) -> None:
         self.viewer = viewer
+        # Takes the tenant's audit-chain lock (once): called before the write locks or writes any row.
+        self.chain_lock = chain_lock
         self.explicit = explicit_user_intent
         self.evidence = evidence
         self.extra_kinds = extra_kinds

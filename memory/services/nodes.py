@@ -209,6 +209,7 @@ def _apply(ctx: WriteContext, operations: Sequence[dict[str, Any]]) -> list[Writ
     bulk = creates_apply(ctx, operations)
     if bulk is not None:
         return bulk
+    ctx.chain_lock()
     results = []
     for index, op in enumerate(operations):
         apply_operation = _OPERATIONS.get(op.get("operation"))
@@ -243,13 +244,30 @@ class BulkOutcome:
         return self.error is None
 
 
+class _ChainLock:
+    """The tenant's audit-chain lock, taken at most once per transaction (memory.services.audit)."""
+
+    def __init__(self, tenant: Any) -> None:
+        self.tenant, self.held = tenant, False
+
+    def __call__(self) -> None:
+        if not self.held:
+            audit_chain_lock(tenant=self.tenant)
+            self.held = True
+
+
 def node_write_bulk(*, writes: Sequence[NodeWrite], skip_invalid: bool) -> list[BulkOutcome]:
     """Apply many writes of one tenant in one transaction, under the rules of `node_write_batch`.
 
     Each write is all or nothing. With `skip_invalid` a refused write (400/403/404/409) is rolled
     back to its savepoint and its error returned in its outcome while the others apply; without it
     the first refusal is raised and nothing is written. Embeddings are announced once, after commit.
+    The audit-chain lock is taken first, for the whole transaction.
     """
+    return _write_all(writes, skip_invalid=skip_invalid, lock_first=True)
+
+
+def _write_all(writes: Sequence[NodeWrite], *, skip_invalid: bool, lock_first: bool) -> list[BulkOutcome]:
     if not writes:
         return []
     tenant = writes[0].viewer.tenant
@@ -257,14 +275,17 @@ def node_write_bulk(*, writes: Sequence[NodeWrite], skip_invalid: bool) -> list[
         raise ValueError("node_write_bulk writes into one tenant; split the writes by tenant.")
     outcomes: list[BulkOutcome] = []
     with tenant_context(tenant):
-        audit_chain_lock(tenant=tenant)
+        chain_lock = _ChainLock(tenant)
+        if lock_first:
+            chain_lock()
         kinds = tenant_kinds(tenant=tenant)
         for write in writes:
             try:
                 with transaction.atomic() if skip_invalid else nullcontext():
                     require_writer(write.viewer)
                     ctx = WriteContext(write.viewer, write.explicit_user_intent,
-                                        evidence_load(write.viewer, write.source_message_ids), kinds)
+                                       evidence_load(write.viewer, write.source_message_ids), kinds,
+                                       chain_lock)
                     outcomes.append(BulkOutcome(results=_apply(ctx, write.operations)))
             except MemoryServiceError as exc:
                 if not skip_invalid:
@@ -284,7 +305,8 @@ def node_write_batch(*, viewer: Viewer, operations: Sequence[dict[str, Any]], ex
     require_batch_size(len(operations))
     write = NodeWrite(viewer=viewer, operations=operations, explicit_user_intent=explicit_user_intent,
                       source_message_ids=source_message_ids)
-    [outcome] = node_write_bulk(writes=[write], skip_invalid=False)
+    # One write, no savepoints: the chain lock waits until its drafts are validated (node_creates).
+    [outcome] = _write_all([write], skip_invalid=False, lock_first=False)
     return outcome.results
 
 
