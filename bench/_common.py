@@ -110,15 +110,17 @@ def start_server(port: int, workers: int, database: str = BENCH_DATABASE,
     raise RuntimeError("gunicorn did not start listening within 60 s")
 
 
-def start_worker(broker_env: dict[str, str], concurrency: int,
+def start_worker(broker_env: dict[str, str], concurrency: int, nice: int = 0,
                  database: str = BENCH_DATABASE) -> subprocess.Popen:
-    """Start a Celery worker (prefork, `concurrency` children) on the bench database and `broker_env`'s
-    broker and queue, logging to .ekko/bench-worker.log; wait until it is ready."""
+    """Start a Celery worker (prefork, `concurrency` children, CPU priority lowered by `nice`) on the
+    bench database and `broker_env`'s broker and queue, logging to .ekko/bench-worker.log; wait until
+    it is ready."""
     env = {**os.environ, "EKKO_DATABASE_NAME": database, "EKKO_LOG_LEVEL": "WARNING", **broker_env}
     log_path = Path(os.environ.get("EKKO_DATA_DIR", ROOT / ".ekko")) / "bench-worker.log"
     with open(log_path, "w") as log:
         worker = subprocess.Popen(
-            [str(ROOT / ".venv/bin/celery"), "-A", "ekko_site", "worker", "--concurrency", str(concurrency),
+            [*(["nice", "-n", str(nice)] if nice else []), str(ROOT / ".venv/bin/celery"), "-A", "ekko_site",
+             "worker", "--concurrency", str(concurrency),
              "--queues", env["CELERY_TASK_DEFAULT_QUEUE"], "--loglevel", "INFO", "--without-heartbeat",
              "--without-mingle", "--without-gossip"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     for _ in range(600):

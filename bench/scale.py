@@ -209,7 +209,11 @@ def main() -> None:
     parser.add_argument("--broker", default="redis://127.0.0.1:6379/5", help="Redis for --vectors worker")
     parser.add_argument("--worker-concurrency", type=int, default=1,
                         help="Celery worker processes for --vectors worker")
+    parser.add_argument("--worker-nice", type=int, default=0,
+                        help="lower the Celery worker's CPU priority by this (its database backend's stays)")
     args = parser.parse_args()
+    # A stopped run (SIGTERM) still stops its gunicorn and worker (the finally blocks below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sections = [name.strip() for name in args.sections.split(",") if name.strip()]
     unknown = set(sections) - set(SECTIONS)
     if unknown:
@@ -259,7 +263,8 @@ def main() -> None:
     if http_sections:
         port = free_port()
         env = server_env(args)
-        worker = start_worker(env, args.worker_concurrency) if args.vectors == "worker" else None
+        worker = (start_worker(env, args.worker_concurrency, args.worker_nice) if args.vectors == "worker"
+                  else None)
         try:
             server = start_server(port, args.workers, extra_env=env)
             try:
@@ -279,8 +284,8 @@ def main() -> None:
 
 def vector_mode(args: argparse.Namespace) -> str:
     return {"in-process": "in-process background (no broker: each gunicorn worker embeds after responding)",
-            "worker": f"a Celery worker in the background ({args.worker_concurrency} process(es), broker "
-                      f"{args.broker})",
+            "worker": f"a Celery worker in the background ({args.worker_concurrency} process(es), nice "
+                      f"{args.worker_nice}, broker {args.broker})",
             "inline": "inline (EKKO_TASKS_INLINE=1: stored before the response)"}[args.vectors]
 
 
