@@ -17,7 +17,7 @@ from django.db import connection, transaction
 
 from memory.audit_chain import audit_chain_verify
 from memory.models import AuditEventType, MemoryAuditEvent, MemoryMessage, MemoryNode
-from memory.services import NodeWrite, node_write_bulk
+from memory.services import NodeWrite, node_write_batch, node_write_bulk
 from memory.services.embeddings import nodes_embed
 from tenants.context import tenant_context
 from tests.api_client import api_for
@@ -202,3 +202,32 @@ def test_embedding_skips_a_row_another_transaction_holds_instead_of_waiting(tena
     with tenant_context(tenant_a):
         missing = set(MemoryNode.objects.filter(embedding__isnull=True).values_list("pk", flat=True))
     assert missing == {nodes[1].pk}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_batches_of_one_tenant_chain_every_event_once(tenant_a):
+    """The chain lock is taken after validation: two writers' batches still never fork the chain."""
+    alice = make_member(tenant=tenant_a, username="alice", role="owner")
+    viewer = author(tenant_a, alice, "user:alice")
+    start = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def writer(name: str) -> None:
+        try:
+            start.wait()
+            for batch in range(3):
+                node_write_batch(viewer=viewer, explicit_user_intent=True, operations=[
+                    avoid(f"{name}{batch}-{index}") for index in range(20)])
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=writer, args=(name,)) for name in ("left", "right")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    report = audit_chain_verify(tenant=tenant_a)
+    assert (report.intact, report.events) == (True, 120)
