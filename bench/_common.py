@@ -59,11 +59,6 @@ def machine() -> str:
            f"Python {platform.python_version()}"
 
 
-def load_average() -> str:
-    """Return the 1-, 5- and 15-minute load averages (the machine is shared: print them with figures)."""
-    return " / ".join(f"{value:.2f}" for value in os.getloadavg())
-
-
 def percentiles(samples_ms: list[float]) -> dict[str, float]:
     ordered = sorted(samples_ms)
     if not ordered:
@@ -93,11 +88,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(port: int, workers: int, database: str = BENCH_DATABASE) -> subprocess.Popen:
+def start_server(port: int, workers: int, database: str = BENCH_DATABASE,
+                 extra_env: dict[str, str] | None = None) -> subprocess.Popen:
     """Start gunicorn (`workers` sync workers, as in production) on the bench database; wait until it
-    listens."""
+    listens. `extra_env` adds settings (a broker, inline tasks)."""
     env = {**os.environ, "EKKO_DATABASE_NAME": database, "EKKO_RATE_LIMIT": "1000000/min",
-           "DJANGO_ALLOWED_HOSTS": "127.0.0.1", "EKKO_LOG_LEVEL": os.environ.get("EKKO_LOG_LEVEL", "WARNING")}
+           "DJANGO_ALLOWED_HOSTS": "127.0.0.1", "EKKO_LOG_LEVEL": os.environ.get("EKKO_LOG_LEVEL", "WARNING"),
+           **(extra_env or {})}
     server = subprocess.Popen(
         [str(ROOT / ".venv/bin/gunicorn"), "ekko_site.wsgi", "--bind", f"127.0.0.1:{port}", "--workers",
          str(workers), "--timeout", "300", "--log-level", "warning"], cwd=ROOT, env=env)
@@ -111,6 +108,29 @@ def start_server(port: int, workers: int, database: str = BENCH_DATABASE) -> sub
             time.sleep(0.1)
     server.terminate()
     raise RuntimeError("gunicorn did not start listening within 60 s")
+
+
+def start_worker(broker_env: dict[str, str], concurrency: int, nice: int = 0,
+                 database: str = BENCH_DATABASE) -> subprocess.Popen:
+    """Start a Celery worker (prefork, `concurrency` children, CPU priority lowered by `nice`) on the
+    bench database and `broker_env`'s broker and queue, logging to .ekko/bench-worker.log; wait until
+    it is ready."""
+    env = {**os.environ, "EKKO_DATABASE_NAME": database, "EKKO_LOG_LEVEL": "WARNING", **broker_env}
+    log_path = Path(os.environ.get("EKKO_DATA_DIR", ROOT / ".ekko")) / "bench-worker.log"
+    with open(log_path, "w") as log:
+        worker = subprocess.Popen(
+            [*(["nice", "-n", str(nice)] if nice else []), str(ROOT / ".venv/bin/celery"), "-A", "ekko_site",
+             "worker", "--concurrency", str(concurrency),
+             "--queues", env["CELERY_TASK_DEFAULT_QUEUE"], "--loglevel", "INFO", "--without-heartbeat",
+             "--without-mingle", "--without-gossip"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    for _ in range(600):
+        if worker.poll() is not None:
+            raise RuntimeError(f"the Celery worker exited with code {worker.returncode}; see {log_path}")
+        if " ready." in log_path.read_text(errors="replace"):
+            return worker
+        time.sleep(0.1)
+    worker.terminate()
+    raise RuntimeError(f"the Celery worker was not ready within 60 s; see {log_path}")
 
 
 class Client:

@@ -38,6 +38,7 @@ from bench._common import (  # noqa: E402
     machine,
     setup_django,
     start_server,
+    start_worker,
 )
 from bench.scale_corpus import Corpus  # noqa: E402
 from bench.scale_load import ApiConnection, Run, closed_loop, saturation  # noqa: E402
@@ -45,6 +46,7 @@ from bench.scale_load import ApiConnection, Run, closed_loop, saturation  # noqa
 SECTIONS = ("embed", "seed", "bulk", "search", "messages", "context", "small", "saturation", "write",
             "capture", "statements")
 WRITE_BATCH = 100  # the API's most operations (and messages) per request
+VECTOR_MODES = ("in-process", "worker", "inline")
 RESULTS: list[tuple[str, int, Run, str]] = []  # (operation, clients, run, unit) for the closing table
 
 
@@ -200,7 +202,18 @@ def main() -> None:
                         help="length of each offered-load step")
     parser.add_argument("--bulk-sample", type=int, default=1000, help="cards written by node_write_bulk")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--vectors", choices=VECTOR_MODES, default="in-process",
+                        help="who computes the vectors of written cards and captured messages: the gunicorn "
+                             "workers after each response (no broker), a Celery worker on --broker, or the "
+                             "request itself before it answers (EKKO_TASKS_INLINE)")
+    parser.add_argument("--broker", default="redis://127.0.0.1:6379/5", help="Redis for --vectors worker")
+    parser.add_argument("--worker-concurrency", type=int, default=1,
+                        help="Celery worker processes for --vectors worker")
+    parser.add_argument("--worker-nice", type=int, default=0,
+                        help="lower the Celery worker's CPU priority by this (its database backend's stays)")
     args = parser.parse_args()
+    # A stopped run (SIGTERM) still stops its gunicorn and worker (the finally blocks below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sections = [name.strip() for name in args.sections.split(",") if name.strip()]
     unknown = set(sections) - set(SECTIONS)
     if unknown:
@@ -227,7 +240,7 @@ def main() -> None:
         f"slice), "
         f"{layout.messages:,} messages; embeddings {provider.model_id} ({provider.dimensions}-d, server "
         f"threads "
-        f"{server_threads}); broker {settings.CELERY_BROKER_URL}")
+        f"{server_threads}); vectors {vector_mode(args)}")
 
     from bench import scale_report
 
@@ -249,16 +262,41 @@ def main() -> None:
     targets = Targets(layout, corpus) if http_sections or "statements" in sections else None
     if http_sections:
         port = free_port()
-        server = start_server(port, args.workers)
+        env = server_env(args)
+        worker = (start_worker(env, args.worker_concurrency, args.worker_nice) if args.vectors == "worker"
+                  else None)
         try:
-            run_http(port, targets, layout, http_sections, clients, args)
+            server = start_server(port, args.workers, extra_env=env)
+            try:
+                run_http(port, targets, layout, http_sections, clients, args)
+            finally:
+                server.send_signal(signal.SIGTERM)
+                server.wait(timeout=60)
         finally:
-            server.send_signal(signal.SIGTERM)
-            server.wait(timeout=60)
+            if worker is not None:
+                worker.send_signal(signal.SIGTERM)  # warm shutdown: finishes the task at hand
+                worker.wait(timeout=120)
     if "statements" in sections:
         section("SQL per request (in-process, same views), EXPLAIN ANALYZE of the slowest statement")
         scale_report.statements(layout, targets, say)
     scale_report.closing_table(RESULTS, say)
+
+
+def vector_mode(args: argparse.Namespace) -> str:
+    return {"in-process": "in-process background (no broker: each gunicorn worker embeds after responding)",
+            "worker": f"a Celery worker in the background ({args.worker_concurrency} process(es), nice "
+                      f"{args.worker_nice}, broker {args.broker})",
+            "inline": "inline (EKKO_TASKS_INLINE=1: stored before the response)"}[args.vectors]
+
+
+def server_env(args: argparse.Namespace) -> dict[str, str]:
+    """The settings gunicorn (and the worker) get for the vector mode; a queue of this run's own."""
+    if args.vectors == "worker":
+        return {"CELERY_BROKER_URL": args.broker, "CELERY_RESULT_BACKEND": args.broker,
+                "CELERY_TASK_DEFAULT_QUEUE": f"ekko-bench-{os.getpid()}"}
+    if args.vectors == "inline":
+        return {"EKKO_TASKS_INLINE": "1"}
+    return {}
 
 
 def run_http(port: int, targets: Targets, layout, sections: list[str],  # noqa: ANN001
@@ -325,14 +363,15 @@ def run_http(port: int, targets: Targets, layout, sections: list[str],  # noqa: 
             say(f"p95 doubles (from {base:.1f} ms, one client back to back) between "
                 f"{within[-1].offered:.1f}/s and {over[0].offered:.1f}/s offered")
     if "write" in sections:
-        section("memory/write into workspace bench-writes of the big tenant (vectors: in-process background)")
+        section(f"memory/write into workspace bench-writes of the big tenant (vectors: {vector_mode(args)})")
         measure(port, big["key"], "memory/write 1 create", targets.write(1), clients, requests, "cards/s")
         wait_for_vectors(layout.tenants[0].slug, "single writes")
         measure(port, big["key"], f"memory/write {WRITE_BATCH} creates", targets.write(WRITE_BATCH), clients,
                 args.write_requests, "cards/s", WRITE_BATCH)
         wait_for_vectors(layout.tenants[0].slug, "batched writes")
     if "capture" in sections:
-        section(f"messages capture, {WRITE_BATCH} messages per request, workspace bench-capture")
+        section(f"messages capture, {WRITE_BATCH} messages per request, workspace bench-capture (vectors: "
+                f"{vector_mode(args)})")
         measure(port, big["key"], f"messages capture {WRITE_BATCH}", targets.capture, clients,
                 args.write_requests, "messages/s", WRITE_BATCH)
         wait_for_vectors(layout.tenants[0].slug, "capture")

@@ -314,7 +314,10 @@ SPECTACULAR_SETTINGS = {
 # after the request, and the serving process also runs the beat schedule (ekko_site.inprocess), so
 # `make run` needs nothing else. With a broker: Celery workers and beat, as in docker-compose.
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "") or "memory://"
-CELERY_TASK_ALWAYS_EAGER = False
+# EKKO_TASKS_INLINE=1 runs every task inside the call that queues it (after the commit, before the
+# response): vectors are then stored before `memory/write` answers. For measurements and debugging;
+# production queues them (bench/README.md, scale.py --vectors inline).
+CELERY_TASK_ALWAYS_EAGER = env_bool("EKKO_TASKS_INLINE", False)
 CELERY_TASK_EAGER_PROPAGATES = False
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or (
     None if CELERY_BROKER_URL == "memory://" else CELERY_BROKER_URL

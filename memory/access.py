@@ -216,9 +216,17 @@ def person_named(viewer: Viewer, username: str | None) -> AbstractBaseUser | Non
 
 
 def operations_check(viewer: Viewer, operations: Iterable[Mapping[str, Any]]) -> None:
-    """Refuse a write batch naming a workspace, person or session outside the rule, before it runs."""
+    """Refuse a write batch naming a workspace, person or session outside the rule, before it runs.
+
+    A batch names the same few places in every operation: each distinct one is checked once, in order.
+    """
+    checked: set[tuple[Any, Any, Any]] = set()
     for operation in operations:
         node = operation.get("node") or {}
+        named = (node.get("workspace_id"), node.get("user_id"), node.get("session_id"))
+        if named in checked:
+            continue
+        checked.add(named)
         workspace = workspace_named(viewer, node.get("workspace_id"))
         person_named(viewer, node.get("user_id"))
         there = (

@@ -9,6 +9,7 @@ insert (memory.audit_chain); `audit_chain_lock` lets a writer take the chain's l
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -69,8 +70,28 @@ def audit_event_record(**fields: Any) -> MemoryAuditEvent:
 def audit_node_change(*, viewer: Viewer, event_type: str, node: MemoryNode, reason: str,
                       payload: dict[str, Any] | None) -> MemoryAuditEvent:
     """Write the audit event of a change `viewer` made to `node`."""
-    return audit_event_record(
-        tenant=viewer.tenant, event_type=event_type, node_id=node.pk, workspace_id=node.workspace_id,
-        session_id=node.session_id, user_id=viewer.user.pk if viewer.user is not None else None,
-        actor=viewer.actor, reason=reason, payload=payload,
-    )
+    return audit_event_record(**_node_event_fields(viewer, event_type, node, reason, payload))
+
+
+def _node_event_fields(viewer: Viewer, event_type: str, node: MemoryNode, reason: str,
+                       payload: dict[str, Any] | None) -> dict[str, Any]:
+    return {"tenant": viewer.tenant, "event_type": event_type, "node_id": node.pk,
+            "workspace_id": node.workspace_id, "session_id": node.session_id,
+            "user_id": viewer.user.pk if viewer.user is not None else None, "actor": viewer.actor,
+            "reason": reason, "payload": payload}
+
+
+# (event type, node, reason, payload): one change to audit
+NodeChange = tuple[str, MemoryNode, str, dict[str, Any] | None]
+
+
+def audit_node_changes(*, viewer: Viewer, changes: Sequence[NodeChange],
+                       created_at: datetime | None = None) -> list[MemoryAuditEvent]:
+    """Write the audit events of many changes `viewer` made, in order, with one INSERT.
+
+    `changes` holds (event type, node, reason, payload) per change: the rows `audit_node_change`
+    writes one by one. The chain's trigger still links each row to the one before it.
+    """
+    events = [audit_event_build(**_node_event_fields(viewer, *change), created_at=created_at)
+              for change in changes]
+    return MemoryAuditEvent.objects.bulk_create(events)

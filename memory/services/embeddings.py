@@ -55,21 +55,39 @@ def node_vectors(provider: EmbeddingProvider, nodes: Sequence[MemoryNode]) -> li
 
 
 def nodes_embed(*, tenant_id: int, node_ids: Sequence[str]) -> int:
-    """Compute vectors for the given nodes with the configured provider; return how many were stored."""
+    """Compute vectors for the given nodes with the configured provider; return how many were stored.
+
+    Each batch is read, embedded outside any transaction, then stored in a short one of its own.
+    """
     provider = get_provider()
     stored = 0
-    with tenant_context(tenant_id):
-        for start in range(0, len(node_ids), BATCH):
+    for start in range(0, len(node_ids), BATCH):
+        with tenant_context(tenant_id):
             nodes = list(MemoryNode.objects.filter(tenant_id=tenant_id, pk__in=node_ids[start:start + BATCH])
                          .only("id", "title", "content", "value_json"))
-            if not nodes:
-                continue
-            for node, vector in zip(nodes, node_vectors(provider, nodes), strict=True):
-                node.embedding, node.embedding_model = vector, provider.model_id
-            MemoryNode.objects.bulk_update(nodes, ["embedding", "embedding_model"])
-            stored += len(nodes)
+        if not nodes:
+            continue
+        for node, vector in zip(nodes, node_vectors(provider, nodes), strict=True):
+            node.embedding, node.embedding_model = vector, provider.model_id
+        stored += _vectors_store(tenant_id, MemoryNode, nodes)
     logger.info("embedded %d node(s) of tenant %s with %s", stored, tenant_id, provider.model_id)
     return stored
+
+
+def _vectors_store(tenant_id: int, model: type[MemoryNode] | type[MemoryMessage], rows: Sequence) -> int:
+    """Write the computed vectors of `rows` in one short transaction; return how many were written.
+
+    Two processes can embed the same rows at once (a task and the sweep, two workers' sweeps). Each
+    locks the rows in id order and skips the ones another holds (that one writes the same vector),
+    so neither waits on the other: updating in different orders once deadlocked. A row skipped
+    because a write holds it gets its vector from that write's own task or from the sweep.
+    """
+    with tenant_context(tenant_id):
+        free = set(model.objects.select_for_update(skip_locked=True)
+                   .filter(pk__in=[row.pk for row in rows]).order_by("pk").values_list("pk", flat=True))
+        mine = sorted((row for row in rows if row.pk in free), key=lambda row: row.pk)
+        model.objects.bulk_update(mine, ["embedding", "embedding_model"])
+    return len(mine)
 
 
 def embeddable_messages(tenant_id: int):  # noqa: ANN201 - a queryset
@@ -82,17 +100,16 @@ def messages_embed(*, tenant_id: int, message_pks: Sequence[int]) -> int:
     """Compute vectors for main-channel messages of at least MIN_MESSAGE_CHARS characters."""
     provider = get_provider()
     stored = 0
-    with tenant_context(tenant_id):
-        for start in range(0, len(message_pks), BATCH):
+    for start in range(0, len(message_pks), BATCH):
+        with tenant_context(tenant_id):
             messages = list(embeddable_messages(tenant_id).filter(pk__in=message_pks[start:start + BATCH])
                             .only("id", "content"))
-            if not messages:
-                continue
-            vectors = provider.embed([m.content for m in messages])
-            for message, vector in zip(messages, vectors, strict=True):
-                message.embedding, message.embedding_model = vector, provider.model_id
-            MemoryMessage.objects.bulk_update(messages, ["embedding", "embedding_model"])
-            stored += len(messages)
+        if not messages:
+            continue
+        vectors = provider.embed([m.content for m in messages])
+        for message, vector in zip(messages, vectors, strict=True):
+            message.embedding, message.embedding_model = vector, provider.model_id
+        stored += _vectors_store(tenant_id, MemoryMessage, messages)
     logger.info("embedded %d message(s) of tenant %s with %s", stored, tenant_id, provider.model_id)
     return stored
 
@@ -139,7 +156,8 @@ def vector_columns_resize(*, dimensions: int) -> None:
     with connections["owner"].cursor() as cursor:
         for table, index in VECTOR_TABLES.items():
             cursor.execute(f'DROP INDEX IF EXISTS "{index}"')
-            cursor.execute(f'ALTER TABLE "{table}" ALTER COLUMN embedding TYPE vector({dimensions}) USING NULL')
+            cursor.execute(f'ALTER TABLE "{table}" ALTER COLUMN embedding TYPE vector({dimensions}) '
+                           "USING NULL")
             cursor.execute(f"UPDATE \"{table}\" SET embedding_model = ''")
             cursor.execute(f'CREATE INDEX "{index}" ON "{table}" USING hnsw (embedding vector_cosine_ops) '
                            "WITH (m = 16, ef_construction = 64)")

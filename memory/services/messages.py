@@ -32,70 +32,87 @@ def _generated_message_id(*, workspace_id: int, session_id: str, role: str, cont
     return f"msg_{digest[:32]}"
 
 
-def _stored(viewer: Viewer, message_id: str, session_id: str, data: dict[str, Any],
-            index: int) -> MemoryMessage | None:
-    """Return the message already stored under `message_id` (None if there is none); refuse other content."""
-    existing = MemoryMessage.objects.filter(
-        tenant=viewer.tenant, workspace=viewer.workspace, message_id=message_id).first()
-    if existing is not None and (existing.session_id, existing.role, existing.content) != (
-            session_id, data["role"], data["content"]):
+def _require_same(existing: MemoryMessage, session_id: str, data: dict[str, Any], index: int) -> None:
+    """Refuse a client id that already holds other content (evidence is append-only)."""
+    if (existing.session_id, existing.role, existing.content) != (session_id, data["role"], data["content"]):
         raise Invalid(
-            f"Message id {message_id!r} already holds different content; evidence is "
+            f"Message id {existing.message_id!r} already holds different content; evidence is "
             "append-only, so send the new message with a new id.",
             errors={f"messages[{index}].id": ["already used for different content"]},
         )
-    return existing
+
+
+def _draft(viewer: Viewer, session_id: str, data: dict[str, Any], index: int, now: datetime) -> MemoryMessage:
+    created_at = data.get("created_at")
+    message_id = data.get("id") or _generated_message_id(
+        workspace_id=viewer.workspace.pk, session_id=session_id, role=data["role"],
+        content=data["content"], created_at=created_at,
+    )
+    return MemoryMessage(
+        tenant=viewer.tenant,
+        workspace=viewer.workspace,
+        message_id=message_id,
+        session_id=session_id,
+        user=viewer.user,
+        parent_id=data.get("parent_id"),
+        role=data["role"],
+        content=data["content"],
+        channel=data.get("channel") or "main",
+        agent_name=data.get("agent_name") or "",
+        metadata=data.get("metadata"),
+        token_count=count_tokens(data["content"]),
+        # Messages of one batch keep their order even when they share a clock tick.
+        created_at=created_at or now + timedelta(microseconds=index),
+        search_text=segment_for_search(data["content"]),
+    )
+
+
+def _settle(viewer: Viewer, session_id: str, messages: Sequence[dict[str, Any]],
+            drafts: Sequence[MemoryMessage]) -> list[MemoryMessage]:
+    """Answer each message with the row stored under its id (one query), or with its draft if none is.
+
+    A repeated id with other content is refused; a repeat within the batch is answered by the first.
+    """
+    known = {message.message_id: message for message in MemoryMessage.objects.filter(
+        tenant=viewer.tenant, workspace=viewer.workspace, message_id__in=[d.message_id for d in drafts])}
+    answers = []
+    for index, (data, draft) in enumerate(zip(messages, drafts, strict=True)):
+        existing = known.get(draft.message_id)
+        if existing is not None:
+            _require_same(existing, session_id, data, index)
+        answers.append(known.setdefault(draft.message_id, draft))
+    return answers
+
+
+ATTEMPTS = 3  # a concurrent capture of the same ids can win the insert race; settle again, then insert
 
 
 def message_append_batch(*, viewer: Viewer, session_id: str,
                          messages: Sequence[dict[str, Any]]) -> list[MemoryMessage]:
-    """Append evidence messages (append-only; a repeated client id with the same content is a no-op)."""
+    """Append evidence messages (append-only; a repeated client id with the same content is a no-op).
+
+    Set-based: the batch's ids are looked up in one query, every message is checked before any is
+    written, and the new ones are inserted in one statement.
+    """
     require_capture_allowed(viewer)
     require_batch_size(len(messages), what="messages")
     now = timezone.now()
-    stored: list[MemoryMessage] = []
-    created_ids: list[int] = []
     with tenant_context(viewer.tenant):
-        for index, data in enumerate(messages):
-            created_at = data.get("created_at")
-            message_id = data.get("id") or _generated_message_id(
-                workspace_id=viewer.workspace.pk, session_id=session_id, role=data["role"],
-                content=data["content"], created_at=created_at,
-            )
-            existing = _stored(viewer, message_id, session_id, data, index)
-            if existing is not None:
-                stored.append(existing)
-                continue
-            message = MemoryMessage(
-                tenant=viewer.tenant,
-                workspace=viewer.workspace,
-                message_id=message_id,
-                session_id=session_id,
-                user=viewer.user,
-                parent_id=data.get("parent_id"),
-                role=data["role"],
-                content=data["content"],
-                channel=data.get("channel") or "main",
-                agent_name=data.get("agent_name") or "",
-                metadata=data.get("metadata"),
-                token_count=count_tokens(data["content"]),
-                # Messages of one batch keep their order even when they share a clock tick.
-                created_at=created_at or now + timedelta(microseconds=index),
-                search_text=segment_for_search(data["content"]),
-            )
+        drafts = [_draft(viewer, session_id, data, index, now) for index, data in enumerate(messages)]
+        for attempt in range(ATTEMPTS):
+            stored = _settle(viewer, session_id, messages, drafts)
+            new = list({id(m): m for m in stored if m.pk is None}.values())
             try:
                 with transaction.atomic():
-                    message.save(force_insert=True)
+                    MemoryMessage.objects.bulk_create(new)
+                break
             except IntegrityError:
-                # A concurrent capture of the same client id committed first: answer with its row, as
-                # a retry after it would have been answered.
-                existing = _stored(viewer, message_id, session_id, data, index)
-                if existing is None:
+                # A concurrent capture of one of these client ids committed first: answer with its
+                # row, as a retry after it would have been answered.
+                for message in new:
+                    message.pk = None
+                if attempt == ATTEMPTS - 1:
                     raise
-                stored.append(existing)
-                continue
-            stored.append(message)
-            created_ids.append(message.pk)
         messages_captured_announce(tenant_id=viewer.tenant.pk, workspace_id=viewer.workspace.pk,
-                                   session_id=session_id, message_pks=created_ids)
+                                   session_id=session_id, message_pks=[m.pk for m in new])
     return stored
