@@ -17,6 +17,7 @@ from django.db import models
 from django.db.models import Q
 from pgvector.django import HnswIndex, VectorField
 
+from memory.rules.kinds import ALWAYS_RECALLED_KINDS
 from tenants.models import Scope, TenantOwnedModel, Workspace
 
 EMBEDDING_DIM = settings.EKKO_EMBEDDING_DIM
@@ -52,6 +53,14 @@ class NodeStatus(models.TextChoices):
     SUPERSEDED = "superseded"
     EXPIRED = "expired"
     DELETED = "deleted"
+
+
+# The cards every context pack considers (memory.search.context.node_list_standing): active always-recalled
+# kinds, tasks, constraints and preferences. node_standing_idx holds exactly these, in the pack's order.
+STANDING_CARDS = Q(status=NodeStatus.ACTIVE) & (
+    Q(kind__in=sorted(ALWAYS_RECALLED_KINDS))
+    | Q(type__in=[NodeType.TASK, NodeType.CONSTRAINT, NodeType.PREFERENCE])
+)
 
 
 class AuditEventType(models.TextChoices):
@@ -202,6 +211,8 @@ class MemoryNode(TenantOwnedModel):
             models.Index(fields=["tenant", "session_id", "status", "updated_at"], name="node_session_idx"),
             models.Index(fields=["tenant", "workspace", "status", "updated_at"], name="node_workspace_idx"),
             models.Index(fields=["tenant", "user", "status", "updated_at"], name="node_user_idx"),
+            models.Index(fields=["tenant", "-importance", "-confidence", "-updated_at", "id"],
+                         name="node_standing_idx", condition=STANDING_CARDS),
             GinIndex(fields=["search_vector"], name="node_search_gin"),
             HnswIndex(name="node_embedding_hnsw", fields=["embedding"], m=16, ef_construction=64,
                       opclasses=["vector_cosine_ops"]),

@@ -123,8 +123,9 @@ def test_a_failed_request_counts_no_access(api, cards, tenant_a, committed):
     # the same without the text arms
     ("memory/search", {"userId": "alice", "kinds": ["food_avoidance"], "valueJson": "香菜"}, 8),
     # savepoint; key; workspace; member; the pack's savepoint, recent messages, summary, standing
-    # cards, both searches (ef_search, arms, cards; ef_search, arms); successors, owners; release
-    ("context", {"sessionId": SESSION, "userId": "alice", "queryText": "做饭 香菜", "tokenBudget": 2000}, 16),
+    # cards (always-recalled, then the rest), both searches (ef_search, arms, cards; ef_search, arms);
+    # successors, owners; release
+    ("context", {"sessionId": SESSION, "userId": "alice", "queryText": "做饭 香菜", "tokenBudget": 2000}, 17),
 ])
 def test_reads_send_a_fixed_number_of_statements(api, cards, django_assert_max_num_queries, path, body,
                                                  budget):

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from django.db import DatabaseError, transaction
-from django.db.models import Case, F, IntegerField, Q, Value, When
+from django.db.models import F, Q
 from django.utils import timezone
 
 from memory.models import (
@@ -39,7 +39,7 @@ from memory.models import (
     MemoryMessage,
     MemoryNode,
     MemorySummary,
-    NodeStatus,
+    STANDING_CARDS,
     NodeType,
 )
 from memory.rules.kinds import ALWAYS_RECALLED_KINDS
@@ -141,20 +141,15 @@ def node_list_standing(
     constraints and preferences, always-recalled first, then by importance, confidence and recency.
     """
     always = Q(kind__in=sorted(ALWAYS_RECALLED_KINDS))
-    standing = always | Q(type__in=[NodeType.TASK, NodeType.CONSTRAINT, NodeType.PREFERENCE])
+    # Two reads in the order of memory.models' node_standing_idx, so each walks it and stops at `limit`
+    # (one ORDER BY "always-recalled first" sorted every standing card of the viewer: ~23k at 100k).
+    current = MemoryNode.objects.filter(visible_nodes_q(viewer), STANDING_CARDS).filter(
+        Q(expires_at__isnull=True) | Q(expires_at__gt=now)).defer(*HEAVY_FIELDS)
+    order = (F("importance").desc(), F("confidence").desc(), F("updated_at").desc(), F("id"))
     with tenant_context(viewer.tenant, savepoint=False):
-        return list(
-            MemoryNode.objects.filter(visible_nodes_q(viewer), standing, status=NodeStatus.ACTIVE)
-            .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
-            .defer(*HEAVY_FIELDS)
-            .order_by(
-                Case(When(always, then=Value(0)), default=Value(1), output_field=IntegerField()),
-                F("importance").desc(),
-                F("confidence").desc(),
-                F("updated_at").desc(),
-                F("id"),
-            )[:limit]
-        )
+        first = list(current.filter(always).order_by(*order)[:limit])
+        rest = list(current.exclude(always).order_by(*order)[: limit - len(first)]) if len(first) < limit else []
+    return first + rest
 
 
 # --------------------------------------------------------------------------- rendering

@@ -35,11 +35,11 @@ _row_counts_lock = threading.Lock()
 
 # The vector arm asks the HNSW index for at most this many neighbours (the keyword arm's bounds are
 # memory.search.keyword_arm's).
-# The term weights need the number of searched rows. It is counted up to ROW_COUNT_CAP; a count of at
-# least ROW_COUNT_REUSE_FROM rows is reused for ROW_COUNT_TTL seconds by later searches over the same
-# rows, since it costs a read of every row and drifts slowly, and marks the set as big (the keyword arm
-# may then use the tenant's term statistics). Smaller sets are counted every time (cheap, and exact for
-# tests and small workspaces).
+# The term weights need the number of searched rows: a tenant with term statistics takes it from them;
+# any other set is counted up to ROW_COUNT_CAP, and a count of at least ROW_COUNT_REUSE_FROM rows is
+# reused for ROW_COUNT_TTL seconds by later searches over the same rows, since it costs a read of every
+# row and drifts slowly. Smaller sets are counted every time (cheap, and exact for tests and small
+# workspaces).
 ROW_COUNT_CAP = 10_000
 ROW_COUNT_REUSE_FROM = 2_000
 ROW_COUNT_TTL = 120.0
@@ -149,9 +149,9 @@ def text_candidates(
 
     Keyword arm (memory.search.keyword_arm): the KEYWORD_CANDIDATES rows holding the rarest query
     terms, a bit per term each holds, and every term's document frequency, which with the searched-row
-    count give the terms' BM25 weights. A set of at least ROW_COUNT_REUSE_FROM rows in `tenant_id`'s
-    tenant, when that tenant has term statistics, takes its frequencies from them and reads only the
-    rarest terms' rows; any other set counts them exactly over every matching row. Vector arm: the
+    count give the terms' BM25 weights. A search in a tenant with term statistics (`tenant_id`'s, a big
+    tenant's) takes its frequencies and row count from them and reads only the rarest terms' rows; any
+    other set counts them exactly over every matching row. Vector arm: the
     nearest `vector_limit` neighbours (HNSW; a big tenant's own index, memory.tenant_indexes) with their
     distances.
     """
@@ -165,11 +165,12 @@ def text_candidates(
     distance_sql = "t.embedding <=> %s::vector" if vector is not None else "NULL::float8"
     distance_params = [vector] if vector is not None else []
 
-    count_key = (base_sql, tuple(str(param) for param in base_params))
-    row_count, fresh = _known_row_count(count_key)
-    big = row_count is not None and row_count >= ROW_COUNT_REUSE_FROM
     source = SearchTable.MESSAGE if arm_base.model is MemoryMessage else SearchTable.NODE
-    stats = term_stats(tenant_id, source, load=big) if tenant_id is not None and big else None
+    # A tenant with term statistics (a big one) weighs terms by them and needs no count of the rows; any
+    # other set is counted (and a count of a big set reused for a while).
+    stats = term_stats(tenant_id, source) if tenant_id is not None else None
+    count_key = (base_sql, tuple(str(param) for param in base_params))
+    row_count, fresh = _known_row_count(count_key) if stats is None else (None, True)
     prefix, params = "", []
     if stats is not None:
         capped = capped_plan(terms, stats)
