@@ -56,11 +56,11 @@ class NodeStatus(models.TextChoices):
 
 
 # The cards every context pack considers (memory.search.context.node_list_standing): active always-recalled
-# kinds, tasks, constraints and preferences. node_standing_idx holds exactly these, in the pack's order.
-STANDING_CARDS = Q(status=NodeStatus.ACTIVE) & (
-    Q(kind__in=sorted(ALWAYS_RECALLED_KINDS))
-    | Q(type__in=[NodeType.TASK, NodeType.CONSTRAINT, NodeType.PREFERENCE])
-)
+# kinds first, then tasks, constraints and preferences. node_recalled_idx and node_standing_idx hold
+# exactly these, each in the pack's order, so each read stops at its limit.
+RECALLED_CARDS = Q(status=NodeStatus.ACTIVE, kind__in=sorted(ALWAYS_RECALLED_KINDS))
+STANDING_CARDS = RECALLED_CARDS | Q(
+    status=NodeStatus.ACTIVE, type__in=[NodeType.TASK, NodeType.CONSTRAINT, NodeType.PREFERENCE])
 
 
 class AuditEventType(models.TextChoices):
@@ -211,6 +211,8 @@ class MemoryNode(TenantOwnedModel):
             models.Index(fields=["tenant", "session_id", "status", "updated_at"], name="node_session_idx"),
             models.Index(fields=["tenant", "workspace", "status", "updated_at"], name="node_workspace_idx"),
             models.Index(fields=["tenant", "user", "status", "updated_at"], name="node_user_idx"),
+            models.Index(fields=["tenant", "-importance", "-confidence", "-updated_at", "id"],
+                         name="node_recalled_idx", condition=RECALLED_CARDS),
             models.Index(fields=["tenant", "-importance", "-confidence", "-updated_at", "id"],
                          name="node_standing_idx", condition=STANDING_CARDS),
             GinIndex(fields=["search_vector"], name="node_search_gin"),

@@ -180,6 +180,31 @@ def test_context_always_recalled_kinds_come_first(world) -> None:
     assert len(pack.used_memory_ids) < 17, "the budget is too small for every preference"
 
 
+def test_standing_cards_are_read_in_their_indexes_order(world) -> None:
+    """The pack's two standing reads walk node_recalled_idx and node_standing_idx (and stop at their
+    limit) instead of sorting every standing card of the viewer."""
+    from django.db import connection
+
+    world.node(title="称呼用户为老板", kind="interaction_contract", value_json={"addressUserAs": "老板"})
+    world.node(title="少油", content="少油")
+    plans = []
+
+    def explain(execute, sql, params, many, context):  # noqa: ANN001, ANN202
+        if sql.startswith("SELECT") and "ORDER BY" in sql and "importance" in sql:
+            plans.append("")
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL enable_sort = off")  # a handful of rows sorts faster than walked
+                cursor.execute("EXPLAIN " + sql, params)
+                plans[-1] = "\n".join(row[0] for row in cursor.fetchall())
+                cursor.execute("RESET enable_sort")
+        return execute(sql, params, many, context)
+
+    with tenant_context(world.tenant), connection.execute_wrapper(explain):
+        standing = context_module.node_list_standing(viewer=world.viewer, now=timezone.now())
+    assert [node.kind for node in standing][:1] == ["interaction_contract"]
+    assert "node_recalled_idx" in plans[0] and "node_standing_idx" in plans[1], plans
+
+
 def test_context_sorts_nodes_into_tasks_constraints_preferences_and_relevant(world) -> None:
     task = world.node(
         title="写迁移脚本",

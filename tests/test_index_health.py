@@ -90,3 +90,11 @@ def test_bloat_statistics_and_a_tenants_own_index_are_reported(tenant_a, tenant_
     assert {"tenant_id": tenant_a.pk, "slug": "tenant-a", "indexes": [own]} in as_json["tenants"]
     assert f"tenant-a (id {tenant_a.pk}): {own}" in text.getvalue()
     assert "read_tenant_time_idx" in text.getvalue() and "last analyze" in text.getvalue()
+
+
+@pytest.mark.django_db(databases=["default", "owner"])
+def test_card_pages_keep_room_for_hot_access_bumps() -> None:
+    """memory migration 0013: an access bump of a card stays on its page and touches no index."""
+    with connections["owner"].cursor() as cursor:
+        cursor.execute("SELECT reloptions FROM pg_class WHERE relname = 'memory_memorynode'")
+        assert "fillfactor=80" in (cursor.fetchone()[0] or [])

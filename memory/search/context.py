@@ -39,6 +39,7 @@ from memory.models import (
     MemoryMessage,
     MemoryNode,
     MemorySummary,
+    RECALLED_CARDS,
     STANDING_CARDS,
     NodeType,
 )
@@ -140,16 +141,18 @@ def node_list_standing(
     """Return the visible active cards every turn should consider: always-recalled kinds, tasks,
     constraints and preferences, always-recalled first, then by importance, confidence and recency.
     """
-    always = Q(kind__in=sorted(ALWAYS_RECALLED_KINDS))
-    # Two reads in the order of memory.models' node_standing_idx, so each walks it and stops at `limit`
-    # (one ORDER BY "always-recalled first" sorted every standing card of the viewer: ~23k at 100k).
-    current = MemoryNode.objects.filter(visible_nodes_q(viewer), STANDING_CARDS).filter(
+    # Two reads in the order of memory.models' node_recalled_idx and node_standing_idx, so each walks its
+    # index and stops at `limit` (one ORDER BY "always-recalled first" sorted every standing card of the
+    # viewer: ~23k at 100k cards).
+    current = MemoryNode.objects.filter(visible_nodes_q(viewer)).filter(
         Q(expires_at__isnull=True) | Q(expires_at__gt=now)).defer(*HEAVY_FIELDS)
     order = (F("importance").desc(), F("confidence").desc(), F("updated_at").desc(), F("id"))
     with tenant_context(viewer.tenant, savepoint=False):
-        first = list(current.filter(always).order_by(*order)[:limit])
-        rest = list(current.exclude(always).order_by(*order)[: limit - len(first)]) if len(first) < limit else []
-    return first + rest
+        first = list(current.filter(RECALLED_CARDS).order_by(*order)[:limit])
+        if len(first) == limit:
+            return first
+        rest = current.filter(STANDING_CARDS).exclude(kind__in=sorted(ALWAYS_RECALLED_KINDS))
+        return first + list(rest.order_by(*order)[: limit - len(first)])
 
 
 # --------------------------------------------------------------------------- rendering
