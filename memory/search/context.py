@@ -35,12 +35,12 @@ from django.utils import timezone
 
 from memory.models import (
     HEAVY_FIELDS,
+    RECALLED_CARDS,
+    STANDING_CARDS,
     Channel,
     MemoryMessage,
     MemoryNode,
     MemorySummary,
-    RECALLED_CARDS,
-    STANDING_CARDS,
     NodeType,
 )
 from memory.rules.kinds import ALWAYS_RECALLED_KINDS

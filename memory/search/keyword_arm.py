@@ -9,8 +9,8 @@ the terms they hold) are returned. Two ways to get there:
   holding a term is read once (its tsvector detoasted once, `strip` in a fenced subquery) and the
   frequencies are window counts over those rows, before the limit. At most KEYWORD_ROWS_EXACT
   matching rows are read, so a cold search of a huge set stays bounded.
-- **capped** (`capped_part`), for any searched set of a tenant that has term statistics (memory.services.term_stats: big tenants, refreshed by the tenant-index sweep):
-  a common term's frequency comes from the statistics, a rare one (absent there) is counted exactly
+- **capped** (`capped_part`), for any searched set of a tenant that has term statistics
+  (memory.services.term_stats: big tenants, refreshed by the tenant-index sweep): a common term's frequency comes from the statistics, a rare one (absent there) is counted exactly
   with a bounded count, and the collection size is the statistics' too. Terms are then read rarest
   first: the rarest terms whose rows fit KEYWORD_ROWS_READ are read whole; the rows holding only
   commoner terms, which could only rank below them, are not read. When even the rarest term is too
