@@ -306,10 +306,9 @@ def test_build_context_query_count_is_capped(world, django_assert_max_num_querie
     # One tenant transaction for the pack (savepoint, bind, unbind, release) and one savepoint the
     # parts fall back to; recent messages, summary, standing cards (the always-recalled ones, then
     # the rest); the searches add ef_search, the text arms, the cards' select, the turns that follow
-    # the best messages and the winning messages' select; the tenant's term statistics of cards and
-    # of messages are looked up once per process (cached); the access bump is queued for after the
+    # the best messages and the winning messages' select; the access bump is queued for after the
     # commit: the count does not grow with the data.
-    with django_assert_max_num_queries(18):
+    with django_assert_max_num_queries(16):
         build_context(viewer=world.viewer, query_text="迁移 香菜", token_budget=4000)
 
 

@@ -45,9 +45,11 @@ def small_thresholds(monkeypatch):  # noqa: ANN001, ANN201
     monkeypatch.setattr(MemoryTermStat, "KEPT_FROM", 2)
     monkeypatch.setattr(hybrid, "ROW_COUNT_REUSE_FROM", 20)
     hybrid._row_counts.clear()
+    hybrid._big_tenants.clear()
     keyword_arm.forget_term_stats()
     yield
     hybrid._row_counts.clear()
+    hybrid._big_tenants.clear()
     keyword_arm.forget_term_stats()
 
 

@@ -32,6 +32,8 @@ logger = logging.getLogger(__name__)
 # (searched-rows SQL, params) -> (row count, monotonic expiry); see ROW_COUNT_REUSE_FROM.
 _row_counts: dict[tuple, tuple[int, float]] = {}
 _row_counts_lock = threading.Lock()
+# (tenant id, searched table) of the tenants whose searched sets were once counted as big, per process.
+_big_tenants: set[tuple[int, str]] = set()
 
 # The vector arm asks the HNSW index for at most this many neighbours (the keyword arm's bounds are
 # memory.search.keyword_arm's).
@@ -149,9 +151,9 @@ def text_candidates(
 
     Keyword arm (memory.search.keyword_arm): the KEYWORD_CANDIDATES rows holding the rarest query
     terms, a bit per term each holds, and every term's document frequency, which with the searched-row
-    count give the terms' BM25 weights. A search in a tenant with term statistics (`tenant_id`'s, a big
-    tenant's) takes its frequencies and row count from them and reads only the rarest terms' rows; any
-    other set counts them exactly over every matching row. Vector arm: the
+    count give the terms' BM25 weights. A search in a tenant once seen big that has term statistics
+    takes its frequencies and row count from them and reads only the rarest terms' rows; any other set
+    counts them exactly over every matching row. Vector arm: the
     nearest `vector_limit` neighbours (HNSW; a big tenant's own index, memory.tenant_indexes) with their
     distances.
     """
@@ -166,11 +168,15 @@ def text_candidates(
     distance_params = [vector] if vector is not None else []
 
     source = SearchTable.MESSAGE if arm_base.model is MemoryMessage else SearchTable.NODE
-    # A tenant with term statistics (a big one) weighs terms by them and needs no count of the rows; any
-    # other set is counted (and a count of a big set reused for a while).
-    stats = term_stats(tenant_id, source) if tenant_id is not None else None
     count_key = (base_sql, tuple(str(param) for param in base_params))
-    row_count, fresh = _known_row_count(count_key) if stats is None else (None, True)
+    row_count, fresh = _known_row_count(count_key)
+    # A tenant once seen big (any of its searched sets counted at ROW_COUNT_REUSE_FROM rows or more)
+    # weighs terms by its statistics, when it has them, and needs no count of the rows: a viewer's new
+    # set (a new session) does not read every matching row first.
+    big = tenant_id is not None and (
+        (row_count is not None and row_count >= ROW_COUNT_REUSE_FROM) or (tenant_id, source) in _big_tenants)
+    stats = term_stats(tenant_id, source, load=True) if big else None
+    fresh = fresh or stats is not None
     prefix, params = "", []
     if stats is not None:
         capped = capped_plan(terms, stats)
@@ -204,6 +210,8 @@ def text_candidates(
         if arm == "n":
             row_count = mask
             _remember_row_count(count_key, mask)
+            if tenant_id is not None and mask >= ROW_COUNT_REUSE_FROM:
+                _big_tenants.add((tenant_id, source))
         elif arm == "f":
             document_frequencies = row_frequencies
         elif arm == "k":

@@ -5,12 +5,13 @@ many searched rows hold each) give their BM25 weights (memory.search.ranking.ter
 candidates' order: the KEYWORD_CANDIDATES rows whose terms are rarest (the sum of 1 / frequency over
 the terms they hold) are returned. Two ways to get there:
 
-- **exact** (`exact_part`), for every searched set of a tenant without term statistics: every row
+- **exact** (`exact_part`), for every searched set of a tenant not known to be big: every row
   holding a term is read once (its tsvector detoasted once, `strip` in a fenced subquery) and the
   frequencies are window counts over those rows, before the limit. At most KEYWORD_ROWS_EXACT
   matching rows are read, so a cold search of a huge set stays bounded.
-- **capped** (`capped_part`), for any searched set of a tenant that has term statistics
-  (memory.services.term_stats: big tenants, refreshed by the tenant-index sweep): a common term's frequency comes from the statistics, a rare one (absent there) is counted exactly
+- **capped** (`capped_part`), for any searched set of a tenant seen big (hybrid.ROW_COUNT_REUSE_FROM
+  rows) that has term statistics (memory.services.term_stats: big tenants, refreshed by the
+  tenant-index sweep): a common term's frequency comes from the statistics, a rare one (absent there) is counted exactly
   with a bounded count, and the collection size is the statistics' too. Terms are then read rarest
   first: the rarest terms whose rows fit KEYWORD_ROWS_READ are read whole; the rows holding only
   commoner terms, which could only rank below them, are not read. When even the rarest term is too
@@ -53,14 +54,19 @@ class TermStats:
     documents: dict[str, int]
 
 
-def term_stats(tenant_id: int, source: str) -> TermStats | None:
-    """Return the tenant's term statistics of `source` (None without any), cached per process for
-    TERM_STATS_TTL seconds (a tenant without any, too: it gets them only once it is big)."""
+def term_stats(tenant_id: int, source: str, *, load: bool) -> TermStats | None:
+    """Return the tenant's term statistics of `source` (None without any), cached per process.
+
+    Statistics not cached yet are read only with `load` (the caller knows the tenant is big); an
+    entry past its time is read again, so a tenant known to be big keeps its statistics.
+    """
     key = (int(tenant_id), source)
     with _stats_lock:
         entry = _stats.get(key)
     if entry is not None and entry[1] >= time.monotonic():
         return entry[0]
+    if entry is None and not load:
+        return None
     rows = dict(MemoryTermStat.objects.filter(tenant_id=tenant_id, source=source)
                 .values_list("term", "documents"))
     collection = rows.pop(MemoryTermStat.COLLECTION, None)
