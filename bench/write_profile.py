@@ -77,6 +77,7 @@ def main() -> None:
     parser.add_argument("--per-request", type=int, default=100)
     parser.add_argument("--profile", action="store_true", help="cProfile the measured requests")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--sort", default="cumulative", help="pstats order: cumulative, tottime …")
     args = parser.parse_args()
     if args.vectors == "inline":
         os.environ["EKKO_TASKS_INLINE"] = "1"
@@ -136,7 +137,7 @@ def main() -> None:
     wall = statistics.median(row["wall"] for row in rows)
     print(f"  => {args.per_request / wall:,.0f} cards/s single request in-process")
     if args.profile:
-        pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.top)
+        pstats.Stats(profiler).sort_stats(args.sort).print_stats(args.top)
     if args.vectors == "worker":
         embed_written(layout.tenant("big").slug, since)
 

@@ -15,13 +15,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from django.contrib.postgres.fields import ArrayField
 from django.db import connections, models
 from django.db.models.expressions import DatabaseDefault
 
 __all__ = ["rows_insert", "vectors_update"]
+
+
+def _bound_cursor(connection: Any) -> Any:
+    """A cursor that sends its parameters to the server (arrays dumped in binary) instead of quoting
+    them into the statement as Django's client-side cursor does (a regex per array element); it
+    goes through Django's cursor wrapper, so execute wrappers and query logging still see it."""
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
+    connection.ensure_connection()
+    return connection._prepare_cursor(ServerBindingCursor(connection.connection))
 
 
 def _column(field: models.Field, connection: Any) -> tuple[str, str]:
@@ -41,9 +53,19 @@ def _column(field: models.Field, connection: Any) -> tuple[str, str]:
     return f"{db_type}[]", f"v.{column}"
 
 
+# Values Django's `get_db_prep_save` returns unchanged on PostgreSQL (checked by exact type, so a
+# subclass or a string for a UUID column still goes through the field).
+_AS_IS = {"CharField": str, "TextField": str, "FloatField": float, "BooleanField": bool,
+          "PositiveIntegerField": int, "IntegerField": int, "BigIntegerField": int, "UUIDField": UUID}
+
+
 def _value(field: models.Field, value: Any, connection: Any) -> Any:
     if value is None:
         return None
+    internal = field.get_internal_type() if not field.is_relation else None
+    if type(value) is _AS_IS.get(internal) or (type(value) is datetime and value.tzinfo is not None
+                                               and internal == "DateTimeField"):
+        return value
     if isinstance(field, models.JSONField):
         return json.dumps(field.get_prep_value(value), cls=field.encoder)
     if isinstance(field, ArrayField):
@@ -81,7 +103,7 @@ def rows_insert(model: type[models.Model], objs: Sequence[models.Model], *, usin
     if returning:
         sql += " RETURNING " + ", ".join(quote(field.column) for field in returning)
     params = [[_value(field, value, connection) for value in values] for field, values in fields]
-    with connection.cursor() as cursor:
+    with _bound_cursor(connection) as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall() if returning else []
     converters = [connection.ops.get_db_converters(field) + field.get_db_converters(connection)
@@ -112,5 +134,5 @@ def vectors_update(model: type[models.Model], *, tenant_id: int, pks: Sequence[A
            f"WHERE t.tenant_id = %s AND t.{quote(pk.column)} = v.id")
     params = [model_id, [pk.get_db_prep_value(value, connection) for value in pks],
               [_value(embedding, vector, connection) for vector in vectors], tenant_id]
-    with connection.cursor() as cursor:
+    with _bound_cursor(connection) as cursor:
         cursor.execute(sql, params)
