@@ -18,6 +18,7 @@ from django.db import connection
 from django.utils import timezone
 
 from memory.models import MemoryAuditEvent, MemoryNode
+from memory.services.rows_insert import rows_insert
 from memory.visibility import Viewer
 from tenants.models import Tenant
 
@@ -94,4 +95,5 @@ def audit_node_changes(*, viewer: Viewer, changes: Sequence[NodeChange],
     """
     events = [audit_event_build(**_node_event_fields(viewer, *change), created_at=created_at)
               for change in changes]
-    return MemoryAuditEvent.objects.bulk_create(events)
+    rows_insert(MemoryAuditEvent, events)
+    return events

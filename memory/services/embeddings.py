@@ -11,6 +11,7 @@ import json
 import logging
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from django.db import connections
 from django.db.models import Q
@@ -18,6 +19,7 @@ from django.db.models.functions import Length
 
 from memory.models import Channel, MemoryMessage, MemoryNode
 from memory.search.embeddings import EmbeddingProvider, get_provider
+from memory.services.rows_insert import vectors_update
 from tenants.context import tenant_context
 from tenants.models import Tenant
 
@@ -67,26 +69,28 @@ def nodes_embed(*, tenant_id: int, node_ids: Sequence[str]) -> int:
                          .only("id", "title", "content", "value_json"))
         if not nodes:
             continue
-        for node, vector in zip(nodes, node_vectors(provider, nodes), strict=True):
-            node.embedding, node.embedding_model = vector, provider.model_id
-        stored += _vectors_store(tenant_id, MemoryNode, nodes)
+        vectors = dict(zip((node.pk for node in nodes), node_vectors(provider, nodes), strict=True))
+        stored += _vectors_store(tenant_id, MemoryNode, vectors, provider.model_id)
     logger.info("embedded %d node(s) of tenant %s with %s", stored, tenant_id, provider.model_id)
     return stored
 
 
-def _vectors_store(tenant_id: int, model: type[MemoryNode] | type[MemoryMessage], rows: Sequence) -> int:
-    """Write the computed vectors of `rows` in one short transaction; return how many were written.
+def _vectors_store(tenant_id: int, model: type[MemoryNode] | type[MemoryMessage],
+                   vectors: dict[Any, list[float]], model_id: str) -> int:
+    """Write `vectors` (by row pk) of `model_id` in one short transaction; return how many were written.
 
     Two processes can embed the same rows at once (a task and the sweep, two workers' sweeps). Each
     locks the rows in id order and skips the ones another holds (that one writes the same vector),
     so neither waits on the other: updating in different orders once deadlocked. A row skipped
-    because a write holds it gets its vector from that write's own task or from the sweep.
+    because a write holds it gets its vector from that write's own task or from the sweep. The
+    locked rows are then written by one UPDATE … FROM unnest(…) (`vectors_update`).
     """
     with tenant_context(tenant_id):
-        free = set(model.objects.select_for_update(skip_locked=True)
-                   .filter(pk__in=[row.pk for row in rows]).order_by("pk").values_list("pk", flat=True))
-        mine = sorted((row for row in rows if row.pk in free), key=lambda row: row.pk)
-        model.objects.bulk_update(mine, ["embedding", "embedding_model"])
+        locked = model.objects.select_for_update(skip_locked=True).filter(tenant_id=tenant_id,
+                                                                          pk__in=list(vectors))
+        mine = list(locked.order_by("pk").values_list("pk", flat=True))
+        vectors_update(model, tenant_id=tenant_id, pks=mine, vectors=[vectors[pk] for pk in mine],
+                       model_id=model_id)
     return len(mine)
 
 
@@ -106,10 +110,9 @@ def messages_embed(*, tenant_id: int, message_pks: Sequence[int]) -> int:
                             .only("id", "content"))
         if not messages:
             continue
-        vectors = provider.embed([m.content for m in messages])
-        for message, vector in zip(messages, vectors, strict=True):
-            message.embedding, message.embedding_model = vector, provider.model_id
-        stored += _vectors_store(tenant_id, MemoryMessage, messages)
+        texts = [m.content for m in messages]
+        vectors = dict(zip((m.pk for m in messages), provider.embed(texts), strict=True))
+        stored += _vectors_store(tenant_id, MemoryMessage, vectors, provider.model_id)
     logger.info("embedded %d message(s) of tenant %s with %s", stored, tenant_id, provider.model_id)
     return stored
 

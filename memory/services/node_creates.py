@@ -27,6 +27,7 @@ from memory.presenters import node_to_api
 from memory.rules.node_text import same_content
 from memory.services.audit import NodeChange, audit_node_changes
 from memory.services.node_drafts import WriteContext, WriteResult, node_prepare, search_text_of
+from memory.services.rows_insert import rows_insert
 
 Slot = tuple[str, str, str]  # (scope, owner_ref, key): at most one active card each
 
@@ -59,7 +60,7 @@ def nodes_insert(nodes: Sequence[MemoryNode]) -> None:
         node.search_text = search_text_of(node)
     try:
         with transaction.atomic():
-            MemoryNode.objects.bulk_create(nodes)
+            rows_insert(MemoryNode, nodes)
     except IntegrityError as exc:
         raise RevisionConflict(
             "Another write filled this memory slot at the same time; re-read and retry.") from exc
