@@ -21,6 +21,11 @@ from memory.rules.kinds import ALWAYS_RECALLED_KINDS
 from tenants.models import Scope, TenantOwnedModel, Workspace
 
 EMBEDDING_DIM = settings.EKKO_EMBEDDING_DIM
+
+
+def vector_text(values) -> str:  # noqa: ANN001 - any sequence of numbers
+    """Return pgvector's text form of a vector (a literal or a text parameter cast to `vector`)."""
+    return "[" + ",".join(repr(float(value)) for value in values) + "]"
 # The search columns of MemoryNode and MemoryMessage: large and never shown, so every list defers them.
 HEAVY_FIELDS = ("embedding", "search_vector", "search_text")
 

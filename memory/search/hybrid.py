@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +20,7 @@ from django.core.exceptions import EmptyResultSet
 from django.db import connection
 from django.db.models import QuerySet
 
-from memory.models import EMBEDDING_DIM, MemoryMessage, SearchTable
+from memory.models import EMBEDDING_DIM, MemoryMessage, SearchTable, vector_text
 from memory.rules.text import query_terms
 from memory.search.embeddings import embed_query
 from memory.search.keyword_arm import capped_part, capped_plan, exact_part, term_stats
@@ -102,10 +101,6 @@ def search_modes(plan: TextPlan) -> list[str]:
     return modes
 
 
-def _vector_literal(vector: Sequence[float]) -> str:
-    return "[" + ",".join(repr(float(value)) for value in vector) + "]"
-
-
 @dataclass
 class TextCandidates:
     """What the text arms found: each query term's weight, and per candidate id which terms it
@@ -163,7 +158,7 @@ def text_candidates(
     base_sql, base_params = base
     terms = plan.terms
     nulls = ", ".join(["NULL::bigint"] * len(terms))
-    vector = _vector_literal(plan.vector) if plan.vector is not None else None
+    vector = vector_text(plan.vector) if plan.vector is not None else None
     distance_sql = "t.embedding <=> %s::vector" if vector is not None else "NULL::float8"
     distance_params = [vector] if vector is not None else []
 

@@ -23,6 +23,8 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import connections, models
 from django.db.models.expressions import DatabaseDefault
 
+from memory.models import vector_text
+
 __all__ = ["rows_insert", "vectors_update"]
 
 
@@ -72,7 +74,7 @@ def _value(field: models.Field, value: Any, connection: Any) -> Any:
         return json.dumps(list(value))
     prepared = field.get_db_prep_save(value, connection)
     if field.db_type(connection).startswith("vector"):
-        return prepared if isinstance(prepared, str) else "[" + ",".join(repr(float(x)) for x in value) + "]"
+        return prepared if isinstance(prepared, str) else vector_text(value)
     return prepared
 
 
