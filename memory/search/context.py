@@ -151,7 +151,7 @@ def node_list_standing(
         first = list(current.filter(RECALLED_CARDS).order_by(*order)[:limit])
         if len(first) == limit:
             return first
-        rest = current.filter(STANDING_CARDS).exclude(kind__in=sorted(ALWAYS_RECALLED_KINDS))
+        rest = current.filter(STANDING_CARDS).exclude(RECALLED_CARDS)
         return first + list(rest.order_by(*order)[: limit - len(first)])
 
 

@@ -36,11 +36,11 @@ _big_tenants: set[tuple[int, str]] = set()
 
 # The vector arm asks the HNSW index for at most this many neighbours (the keyword arm's bounds are
 # memory.search.keyword_arm's).
-# The term weights need the number of searched rows: a tenant with term statistics takes it from them;
-# any other set is counted up to ROW_COUNT_CAP, and a count of at least ROW_COUNT_REUSE_FROM rows is
-# reused for ROW_COUNT_TTL seconds by later searches over the same rows, since it costs a read of every
-# row and drifts slowly. Smaller sets are counted every time (cheap, and exact for tests and small
-# workspaces).
+# The term weights need the number of searched rows: a tenant once seen big that has term statistics
+# takes it from them; any other set is counted up to ROW_COUNT_CAP, and a count of at least
+# ROW_COUNT_REUSE_FROM rows is reused for ROW_COUNT_TTL seconds by later searches over the same rows,
+# since it costs a read of every row and drifts slowly. Smaller sets are counted every time (cheap,
+# and exact for tests and small workspaces).
 ROW_COUNT_CAP = 10_000
 ROW_COUNT_REUSE_FROM = 2_000
 ROW_COUNT_TTL = 120.0
@@ -170,7 +170,7 @@ def text_candidates(
     # set (a new session) does not read every matching row first.
     big = tenant_id is not None and (
         (row_count is not None and row_count >= ROW_COUNT_REUSE_FROM) or (tenant_id, source) in _big_tenants)
-    stats = term_stats(tenant_id, source, load=True) if big else None
+    stats = term_stats(tenant_id, source) if big else None
     fresh = fresh or stats is not None
     prefix, params = "", []
     if stats is not None:

@@ -11,13 +11,14 @@ the terms they hold) are returned. Two ways to get there:
   matching rows are read, so a cold search of a huge set stays bounded.
 - **capped** (`capped_part`), for any searched set of a tenant seen big (hybrid.ROW_COUNT_REUSE_FROM
   rows) that has term statistics (memory.services.term_stats: big tenants, refreshed by the
-  tenant-index sweep): a common term's frequency comes from the statistics, a rare one (absent there) is counted exactly
-  with a bounded count, and the collection size is the statistics' too. Terms are then read rarest
-  first: the rarest terms whose rows fit KEYWORD_ROWS_READ are read whole; the rows holding only
-  commoner terms, which could only rank below them, are not read. When even the rarest term is too
-  common, the rows holding the two rarest terms together are read first, then other rows of the
-  rarest term, up to KEYWORD_ROWS_READ each. The weights keep their meaning (BM25 over the tenant's
-  searched rows); what changes is that a word in tens of thousands of rows costs nothing to weigh.
+  tenant-index sweep): a common term's frequency comes from the statistics, a rare one (absent
+  there) is counted exactly with a bounded count, and the collection size is the statistics' too.
+  Terms are then read rarest first: the rarest terms whose rows fit KEYWORD_ROWS_READ are read
+  whole; the rows holding only commoner terms, which could only rank below them, are not read.
+  When even the rarest term is too common, the rows holding the two rarest terms together are read
+  first, then other rows of the rarest term, up to KEYWORD_ROWS_READ each. The weights keep their
+  meaning (BM25 over the tenant's searched rows); what changes is that a word in tens of thousands
+  of rows costs nothing to weigh.
 
 Both return SQL arms for hybrid.text_candidates' UNION ALL: `('k', id, mask, distance, NULL…)` per
 candidate, and the capped arm also one `('f', NULL, NULL, NULL, frequency…)` row. Reads only.
@@ -54,19 +55,14 @@ class TermStats:
     documents: dict[str, int]
 
 
-def term_stats(tenant_id: int, source: str, *, load: bool) -> TermStats | None:
-    """Return the tenant's term statistics of `source` (None without any), cached per process.
-
-    Statistics not cached yet are read only with `load` (the caller knows the tenant is big); an
-    entry past its time is read again, so a tenant known to be big keeps its statistics.
-    """
+def term_stats(tenant_id: int, source: str) -> TermStats | None:
+    """Return the tenant's term statistics of `source` (None without any), cached per process for
+    TERM_STATS_TTL seconds; the caller asks only for a tenant it knows to be big."""
     key = (int(tenant_id), source)
     with _stats_lock:
         entry = _stats.get(key)
     if entry is not None and entry[1] >= time.monotonic():
         return entry[0]
-    if entry is None and not load:
-        return None
     rows = dict(MemoryTermStat.objects.filter(tenant_id=tenant_id, source=source)
                 .values_list("term", "documents"))
     collection = rows.pop(MemoryTermStat.COLLECTION, None)
