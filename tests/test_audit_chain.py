@@ -6,7 +6,6 @@ connection (which can switch off the guard trigger), so these tests commit their
 
 from __future__ import annotations
 
-import threading
 from io import StringIO
 
 import pytest
@@ -21,6 +20,7 @@ from memory.services.nodes import node_write_batch
 from memory.visibility import Viewer
 from tenants.context import tenant_context
 from tests.api_client import api_for
+from tests.concurrency import side_by_side
 from tests.memory_factories import default_workspace
 from tests.test_api_memory_rules import cilantro, create, write
 
@@ -154,27 +154,14 @@ def test_concurrent_writers_never_fork_the_chain(tenant_a):
     workspace = default_workspace(tenant_a)
     viewer = Viewer(tenant=tenant_a, workspace=workspace, session_id="s-1", read_only=False,
                     write_scopes=frozenset({"session"}), actor="api_key:test")
-    start = threading.Barrier(2)
-    errors: list[BaseException] = []
 
     def writer(name: str) -> None:
-        try:
-            start.wait()
-            for index in range(8):
-                node_write_batch(viewer=viewer, explicit_user_intent=False, operations=[create(
-                    {"kind": "task", "item_key": f"{name}-{index}", "value_json": {"status": "open"},
-                     "value_json_given": True, "title": f"task {name} {index}", "content": "do it"})])
-        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
-            errors.append(exc)
-        finally:
-            connection.close()
+        for index in range(8):
+            node_write_batch(viewer=viewer, explicit_user_intent=False, operations=[create(
+                {"kind": "task", "item_key": f"{name}-{index}", "value_json": {"status": "open"},
+                 "value_json_given": True, "title": f"task {name} {index}", "content": "do it"})])
 
-    threads = [threading.Thread(target=writer, args=(name,)) for name in ("left", "right")]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors
+    assert not side_by_side(writer)
     report = audit_chain_verify(tenant=tenant_a)
     assert (report.intact, report.events) == (True, 16)
 

@@ -21,6 +21,7 @@ from memory.services import NodeWrite, node_write_batch, node_write_bulk
 from memory.services.embeddings import nodes_embed
 from tenants.context import tenant_context
 from tests.api_client import api_for
+from tests.concurrency import side_by_side
 from tests.memory_factories import default_workspace, make_member, make_node
 from tests.test_api_memory_rules import cilantro, create, write
 from tests.test_node_write_bulk import author, avoid
@@ -209,25 +210,12 @@ def test_concurrent_batches_of_one_tenant_chain_every_event_once(tenant_a):
     """The chain lock is taken after validation: two writers' batches still never fork the chain."""
     alice = make_member(tenant=tenant_a, username="alice", role="owner")
     viewer = author(tenant_a, alice, "user:alice")
-    start = threading.Barrier(2)
-    errors: list[BaseException] = []
 
     def writer(name: str) -> None:
-        try:
-            start.wait()
-            for batch in range(3):
-                node_write_batch(viewer=viewer, explicit_user_intent=True, operations=[
-                    avoid(f"{name}{batch}-{index}") for index in range(20)])
-        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
-            errors.append(exc)
-        finally:
-            connection.close()
+        for batch in range(3):
+            node_write_batch(viewer=viewer, explicit_user_intent=True, operations=[
+                avoid(f"{name}{batch}-{index}") for index in range(20)])
 
-    threads = [threading.Thread(target=writer, args=(name,)) for name in ("left", "right")]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors
+    assert not side_by_side(writer)
     report = audit_chain_verify(tenant=tenant_a)
     assert (report.intact, report.events) == (True, 120)
