@@ -53,6 +53,13 @@ class NodeType(models.TextChoices):
     CORRECTION = "correction"
 
 
+class ReviewState(models.TextChoices):
+    """Whether a person (or an agent's explicit write) stands behind a card, or an extractor inferred it."""
+
+    REVIEWED = "reviewed"
+    UNREVIEWED = "unreviewed"
+
+
 class NodeStatus(models.TextChoices):
     ACTIVE = "active"
     SUPERSEDED = "superseded"
@@ -185,6 +192,8 @@ class MemoryNode(TenantOwnedModel):
     entities = ArrayField(models.CharField(max_length=200), default=list, blank=True)
     source_message_ids = ArrayField(models.CharField(max_length=128), default=list, blank=True)
     explicit_user_intent = models.BooleanField(default=False)
+    review_state = models.CharField(max_length=16, choices=ReviewState.choices, default=ReviewState.REVIEWED,
+                                    db_default=ReviewState.REVIEWED)
     revision = models.PositiveIntegerField(default=1)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()

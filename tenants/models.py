@@ -15,10 +15,22 @@ from memory.rules import scope_policy
 from tenants.context import ALL_TENANTS, current_tenant_id, require_tenant_id
 
 
+class OrganizeSchedule(models.TextChoices):
+    OFF = "off"
+    DAILY = "daily"
+    WEEKLY = "weekly"
+
+
 class Tenant(models.Model):
     slug = models.SlugField(max_length=63, unique=True)
     name = models.CharField(max_length=200)
     created_at = models.DateTimeField(auto_now_add=True)
+    card_limit = models.PositiveIntegerField(
+        default=500, db_default=500,
+        help_text="Ordinary active cards each scope owner may hold (memory.services.quota).")
+    organize_schedule = models.CharField(
+        max_length=8, choices=OrganizeSchedule.choices, default=OrganizeSchedule.OFF,
+        db_default=OrganizeSchedule.OFF, help_text="How often the organizer runs on its own.")
 
     class Meta:
         ordering = ["slug"]
