@@ -7,10 +7,11 @@ PORT ?= 8000
 
 .PHONY: run test install lint bench-scale bench-scale-quick bench-locomo bench-sqlite clean-db
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet -e clients/python
 	touch $@
 
 install: $(BIN)/.installed
