@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
 from uuid import UUID
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, Max, Q, Sum
+from django.db.models import Case, F, Max, Q, TextField, Value, When
 
 from memory.models import Channel, ExtractionRun, ExtractionStatus, MemoryMessage, Role
 from memory.pipeline.gating import has_explicit_statement, is_trivial
@@ -111,7 +110,8 @@ def _cursor(tenant: Tenant | int, workspace_id: int, session_id: str) -> int:
 
 
 def _create_run(
-    *, tenant: Tenant | int, workspace_id: int, session_id: str, user_id: int | None, trigger: str
+    *, tenant: Tenant | int, workspace_id: int, session_id: str, user_id: int | None, trigger: str,
+    after_message_pk: int | None = None,
 ) -> ExtractionRun:
     tenant_id = tenant if isinstance(tenant, int) else tenant.pk
     run = ExtractionRun.objects.create(
@@ -120,7 +120,8 @@ def _create_run(
         session_id=session_id,
         user_id=user_id,
         trigger=trigger,
-        after_message_pk=_cursor(tenant_id, workspace_id, session_id),
+        after_message_pk=(after_message_pk if after_message_pk is not None
+                          else _cursor(tenant_id, workspace_id, session_id)),
     )
     # A turn run and a request start at once: the turn is over. A safety-net run (no reply captured)
     # leaves the agent time; it never reads the turn in progress either way (`completed_turns_end`).
@@ -184,16 +185,15 @@ def completed_turns_end(tenant: Tenant | int, workspace_id: int, session_id: str
     return last["user"] - 1
 
 
-def _trigger_for(new_messages: Any) -> str | None:
-    stats = new_messages.aggregate(
-        count=Count("pk"), tokens=Sum("token_count"), replies=Count("pk", filter=Q(role=Role.ASSISTANT))
-    )
-    user_texts = list(new_messages.filter(role=Role.USER).values_list("content", flat=True))
-    if stats["replies"] and any(not is_trivial(text) for text in user_texts):
+def _trigger_for(new_messages: Sequence[tuple[str, int, int | None, str]]) -> str | None:
+    """The trigger (role, token count, user, user text) rows cross, or None."""
+    user_texts = [text for role, _, _, text in new_messages if role == Role.USER]
+    replies = any(role == Role.ASSISTANT for role, *_ in new_messages)
+    if replies and any(not is_trivial(text) for text in user_texts):
         return "turn"
-    if stats["count"] >= int(settings.EKKO_EXTRACT_EVERY_MESSAGES):
+    if len(new_messages) >= int(settings.EKKO_EXTRACT_EVERY_MESSAGES):
         return "messages"
-    if (stats["tokens"] or 0) >= int(settings.EKKO_EXTRACT_TOKEN_THRESHOLD):
+    if sum(tokens for _, tokens, _, _ in new_messages) >= int(settings.EKKO_EXTRACT_TOKEN_THRESHOLD):
         return "tokens"
     if any(has_explicit_statement(text) for text in user_texts):
         return "explicit"
@@ -207,26 +207,28 @@ def open_run_if_due(tenant: Tenant | int, workspace_id: int, session_id: str) ->
     if active is not None:
         return active  # a queued run reads these messages too; a running one's follow-up does
     cursor = _cursor(tenant, workspace_id, session_id)
-    new_messages = MemoryMessage.objects.filter(
-        tenant=tenant,
-        workspace_id=workspace_id,
-        session_id=session_id,
-        channel=Channel.MAIN,
-        pk__gt=cursor,
-        pk__lte=completed_turns_end(tenant, workspace_id, session_id),
+    # One read of what the triggers look at; only user messages' text is read.
+    new_messages = list(
+        MemoryMessage.objects.filter(
+            tenant=tenant,
+            workspace_id=workspace_id,
+            session_id=session_id,
+            channel=Channel.MAIN,
+            pk__gt=cursor,
+            pk__lte=completed_turns_end(tenant, workspace_id, session_id),
+        )
+        .order_by("pk")
+        .values_list(
+            "role", "token_count", "user_id",
+            Case(When(role=Role.USER, then=F("content")), default=Value(""), output_field=TextField()),
+        )
     )
     trigger = _trigger_for(new_messages)
     if trigger is None:
         return None
-    author = (
-        new_messages.filter(role=Role.USER, user__isnull=False)
-        .order_by("-pk")
-        .values_list("user_id", flat=True)
-        .first()
-    )
-    return _create_run(
-        tenant=tenant, workspace_id=workspace_id, session_id=session_id, user_id=author, trigger=trigger
-    )
+    author = next((user for role, _, user, _ in reversed(new_messages) if role == Role.USER and user), None)
+    return _create_run(tenant=tenant, workspace_id=workspace_id, session_id=session_id, user_id=author,
+                       trigger=trigger, after_message_pk=cursor)
 
 
 def extraction_maybe_request(

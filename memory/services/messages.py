@@ -17,14 +17,17 @@ from memory.models import MemoryMessage
 from memory.rules.text import count_tokens, segment_for_search
 from memory.services.events import messages_captured_announce
 from memory.services.guards import require_batch_size, require_capture_allowed
+from memory.services.rows_insert import rows_insert
 from memory.visibility import Viewer
 from tenants.context import tenant_context
 
 
 def _generated_message_id(*, workspace_id: int, session_id: str, role: str, content: str,
-                          created_at: datetime | None) -> str:
+                          created_at: datetime | None, batch_prefix: str, index: int) -> str:
     if created_at is None:
-        return f"msg_{uuid4().hex}"
+        # One random prefix per batch (96 bits), the position after it: reading the system's random
+        # source once per message cost ~0.5 ms each under load.
+        return f"msg_{batch_prefix}{index:08x}"
     # A client retrying the same timestamped message gets the same id, so the capture stays idempotent.
     digest = hashlib.sha256(
         json.dumps([workspace_id, session_id, role, content, created_at.isoformat()]).encode()
@@ -42,11 +45,12 @@ def _require_same(existing: MemoryMessage, session_id: str, data: dict[str, Any]
         )
 
 
-def _draft(viewer: Viewer, session_id: str, data: dict[str, Any], index: int, now: datetime) -> MemoryMessage:
+def _draft(viewer: Viewer, session_id: str, data: dict[str, Any], index: int, now: datetime,
+           batch_prefix: str) -> MemoryMessage:
     created_at = data.get("created_at")
     message_id = data.get("id") or _generated_message_id(
         workspace_id=viewer.workspace.pk, session_id=session_id, role=data["role"],
-        content=data["content"], created_at=created_at,
+        content=data["content"], created_at=created_at, batch_prefix=batch_prefix, index=index,
     )
     return MemoryMessage(
         tenant=viewer.tenant,
@@ -92,19 +96,21 @@ def message_append_batch(*, viewer: Viewer, session_id: str,
     """Append evidence messages (append-only; a repeated client id with the same content is a no-op).
 
     Set-based: the batch's ids are looked up in one query, every message is checked before any is
-    written, and the new ones are inserted in one statement.
+    written, and the new ones are inserted in one statement with one parameter per column.
     """
     require_capture_allowed(viewer)
     require_batch_size(len(messages), what="messages")
     now = timezone.now()
     with tenant_context(viewer.tenant):
-        drafts = [_draft(viewer, session_id, data, index, now) for index, data in enumerate(messages)]
+        batch_prefix = uuid4().hex[:24]
+        drafts = [_draft(viewer, session_id, data, index, now, batch_prefix)
+                  for index, data in enumerate(messages)]
         for attempt in range(ATTEMPTS):
             stored = _settle(viewer, session_id, messages, drafts)
             new = list({id(m): m for m in stored if m.pk is None}.values())
             try:
                 with transaction.atomic():
-                    MemoryMessage.objects.bulk_create(new)
+                    rows_insert(MemoryMessage, new)
                 break
             except IntegrityError:
                 # A concurrent capture of one of these client ids committed first: answer with its
