@@ -217,11 +217,12 @@ def person_named(viewer: Viewer, username: str | None) -> AbstractBaseUser | Non
 
 
 def quota_owners(principal: Principal, *, workspace_ref: str | int | None = None,
-                 user_ref: str | None = None) -> list[QuotaOwner]:
+                 user_ref: str | None = None, only_self: bool = False) -> list[QuotaOwner]:
     """Return the scope owners whose quota `principal` may see, narrowed to a named workspace and/or user.
 
     Unnamed: the workspaces it may name (a pinned key's one, a person's own) and the people it may act
-    for (a person: themselves; keys, owners and admins: every member). Outside the rule: as `viewer_for`.
+    for (a person: themselves; keys, owners and admins: every member; `only_self`: a person themselves
+    whatever the role, the pages' banner). Outside the rule: as `viewer_for`.
     """
     named = workspace_ref not in (None, "") or bool(user_ref)
     viewer = viewer_for(principal, workspace_ref=workspace_ref, user_ref=user_ref)
@@ -230,7 +231,8 @@ def quota_owners(principal: Principal, *, workspace_ref: str | int | None = None
         people = [viewer.user] if user_ref else []
     else:
         workspaces = reachable_workspaces(principal)
-        people = [principal.user] if principal.restrict_to_person else _members(principal.tenant)
+        people = ([principal.user] if principal.restrict_to_person or only_self
+                  else _members(principal.tenant))
     return [
         *(QuotaOwner(scope=Scope.WORKSPACE, label=str(w.pk), owner_ref=owner_ref(
             scope=Scope.WORKSPACE, workspace_id=w.pk, session_id=None, user_id=None)) for w in workspaces),

@@ -31,7 +31,9 @@ SESSION = "s-1"
 
 
 def set_limit(tenant: Tenant, limit: int) -> None:
+    """Change the limit as an operator would; `tenant` (the fixture the services get) follows."""
     Tenant.objects.filter(pk=tenant.pk).update(card_limit=limit)
+    tenant.card_limit = limit
 
 
 _fillers = itertools.count()
@@ -496,7 +498,7 @@ def test_the_check_runs_under_the_chain_lock(tenant_a, alice):
     seen = []
 
     def spy(execute, sql, params, many, context):  # noqa: ANN001, ANN202
-        if "card_limit" in sql:
+        if "GROUP BY" in sql and "owner_ref" in sql:  # the quota count (scope_usage)
             with connection.cursor() as cursor:
                 cursor.execute(
                     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s "
@@ -594,3 +596,9 @@ def test_the_import_api_answers_quota_exceeded(client, api, tenant_a, alice, tmp
     assert body["headroom"] == 0
     with tenant_context(tenant_a):
         assert not MemoryNode.objects.filter(workspace=target).exists()
+
+
+def test_a_new_limit_applies_at_once_to_a_key_the_process_remembers(api, tenant_a, alice):
+    assert api.get("memory/quota", {"userId": "alice"})["scopes"][0]["limit"] == 500
+    Tenant.objects.filter(pk=tenant_a.pk).update(card_limit=7)
+    assert api.get("memory/quota", {"userId": "alice"})["scopes"][0]["limit"] == 7

@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from memory.errors import QuotaExceeded
 from memory.models import MemoryNode, NodeStatus, ReviewState
-from tenants.models import Scope, Tenant
+from tenants.models import Scope
 
 __all__ = ["JOURNAL_KIND", "LADDER", "QUOTA_SCOPES", "Level", "OwnerQuota", "QuotaOwner", "QuotaReport",
            "ScopeUsage", "cards_added", "is_ordinary", "ladder_level", "ordinary_cards", "owner_labels",
@@ -95,8 +95,6 @@ class ScopeUsage:
 def scope_usage(tenant, owner_refs: Iterable[str]) -> dict[str, ScopeUsage]:
     """Usage of each named scope owner in one grouped read; owners with no card report zero."""
     owners = sorted(set(owner_refs))
-    # Read now, not from `tenant`: the edge may hold a cached Tenant (API keys are remembered per process).
-    limit = Tenant.objects.values_list("card_limit", flat=True).get(pk=tenant.pk)
     rows = (MemoryNode.objects.filter(ordinary_cards(), tenant=tenant, owner_ref__in=owners)
             .values("owner_ref")
             .annotate(used=Count("id"),
@@ -107,7 +105,7 @@ def scope_usage(tenant, owner_refs: Iterable[str]) -> dict[str, ScopeUsage]:
     for owner in owners:
         row = found.get(owner, {})
         usage[owner] = ScopeUsage(scope=owner.split(":", 1)[0], owner_ref=owner, used=row.get("used", 0),
-                                  limit=limit, unreviewed=row.get("unreviewed", 0),
+                                  limit=tenant.card_limit, unreviewed=row.get("unreviewed", 0),
                                   oldest_unreviewed_at=row.get("oldest"))
     return usage
 
