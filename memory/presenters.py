@@ -124,8 +124,8 @@ def quota_to_api(report: QuotaReport) -> dict[str, Any]:
     """Return `GET memory/quota`'s body: each owner's usage and the tightest level."""
     return {
         "scopes": [{
-            "scope": row.owner.scope, "owner": row.owner.label, "used": row.usage.used, "limit": row.usage.limit,
-            "headroom": row.usage.headroom, "unreviewed": row.usage.unreviewed,
+            "scope": row.owner.scope, "owner": row.owner.label, "used": row.usage.used,
+            "limit": row.usage.limit, "headroom": row.usage.headroom, "unreviewed": row.usage.unreviewed,
             "oldestUnreviewedDays": row.oldest_unreviewed_days, "level": row.usage.level,
         } for row in report.owners],
         "level": report.level,

@@ -20,7 +20,7 @@ from tenants.services import tenant_card_limit_set
 
 def _rows(access: PageAccess, report: QuotaReport) -> list[dict[str, Any]]:
     return [{
-        "name": (access.workspace_name(row.owner.label) if row.owner.scope == "workspace" else row.owner.label),
+        "name": access.workspace_name(row.owner.label) if row.owner.scope == "workspace" else row.owner.label,
         "scope": labels.SCOPES.get(row.owner.scope, row.owner.scope),
         "usage": row.usage,
         "oldest_unreviewed_days": row.oldest_unreviewed_days,
@@ -42,7 +42,8 @@ def quota_view(request: HttpRequest, access: PageAccess) -> HttpResponse:
         if form.is_valid():
             tenant_card_limit_set(tenant=access.tenant, card_limit=form.cleaned_data["card_limit"],
                                   changed_by=request.user)
-            messages.success(request, _("The card limit is now %(limit)s.") % {"limit": form.cleaned_data["card_limit"]})
+            notice = _("The card limit is now %(limit)s.") % {"limit": form.cleaned_data["card_limit"]}
+            messages.success(request, notice)
             return redirect("quota")
     context = {"access": access, "rows": _rows(access, report), "level": report.level,
                "level_label": labels.LEVELS.get(report.level, report.level), "limit": limit,
