@@ -25,6 +25,7 @@ from tenants.models import Tenant
 from tests.api_client import api_for, api_for_person
 from tests.concurrency import side_by_side
 from tests.memory_factories import default_workspace, make_member, make_node, make_workspace, operator_import
+from tests.test_extraction import countdowns  # noqa: F401 - autouse: extraction runs queue in this process
 from tests.test_node_write_bulk import author, avoid
 
 SESSION = "s-1"
@@ -602,3 +603,56 @@ def test_a_new_limit_applies_at_once_to_a_key_the_process_remembers(api, tenant_
     assert api.get("memory/quota", {"userId": "alice"})["scopes"][0]["limit"] == 500
     Tenant.objects.filter(pk=tenant_a.pk).update(card_limit=7)
     assert api.get("memory/quota", {"userId": "alice"})["scopes"][0]["limit"] == 7
+
+
+def test_an_extraction_run_that_hits_the_quota_skips_those_writes_and_finishes(
+    tenant_a, alice, django_capture_on_commit_callbacks, countdowns
+):
+    from tests.test_extraction import active_nodes, capture, extract
+
+    capture(tenant_a, "alice", "s1", "以后做饭别给我推荐香菜，我喜欢少油少辣。")
+    capture(tenant_a, "alice", "s1", "记住了，以后推荐菜谱会避开香菜，并且少油少辣。", role="assistant")
+    fill(tenant_a, alice, 1)
+    set_limit(tenant_a, 2)
+    run = extract(tenant_a, "alice", "s1", django_capture_on_commit_callbacks)
+    assert run.status == "done"
+    assert run.results["counts"] == {"applied": 1, "noop": 0, "skipped": 1, "ignored": 0}
+    [skipped] = [item for item in run.results["items"] if item.get("outcome") == "skipped"]
+    assert skipped["code"] == "quota_exceeded"
+    assert len(active_nodes(tenant_a, scope="user")) == 2
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "owner"])
+def test_the_quota_count_reads_the_active_slot_index(tenant_a):
+    """One grouped read over `node_active_slot_uniq` (tenant, scope, owner_ref, key; active): not the tenant."""
+    from django.db import connection, connections
+
+    from memory.services.quota import scope_usage
+
+    users = [make_member(tenant=tenant_a, username=f"u{index}") for index in range(20)]
+    workspace = default_workspace(tenant_a)
+    with tenant_context(tenant_a), connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO memory_memorynode (id, tenant_id, workspace_id, user_id, scope, owner_ref, kind, key, domain,"
+            " category_path, category_path_text, type, title, content, status, confidence, importance, tags,"
+            " entities, source_message_ids, explicit_user_intent, revision, created_at, updated_at, access_count,"
+            " search_text, embedding_model, review_state)"
+            " SELECT gen_random_uuid(), %s, %s, u.id, 'user', 'user:' || u.id, 'skill', 'skill:' || g, 'd', '{}',"
+            " '', 'skill', 't', 'c', 'active', 0.9, 0.5, '{}', '{}', '{}', true, 1, now(), now(), 0, '', '',"
+            " 'reviewed' FROM generate_series(1, 500) g, unnest(%s::int[]) AS u(id)",
+            [tenant_a.pk, workspace.pk, [user.pk for user in users]])
+    with connections["owner"].cursor() as cursor:
+        cursor.execute("ANALYZE memory_memorynode")  # the app role may not; autovacuum does in production
+    plans: list[str] = []
+
+    def explain(execute, sql, params, many, context):  # noqa: ANN001, ANN202
+        if "GROUP BY" in sql and "owner_ref" in sql and not sql.startswith("EXPLAIN"):
+            with connection.cursor() as cursor:
+                cursor.execute("EXPLAIN " + sql, params)
+                plans.append("\n".join(row[0] for row in cursor.fetchall()))
+        return execute(sql, params, many, context)
+
+    with tenant_context(tenant_a), connection.execute_wrapper(explain):
+        usage = scope_usage(tenant_a, [f"user:{users[0].pk}", f"workspace:{workspace.pk}"])
+    assert usage[f"user:{users[0].pk}"].used == 500
+    assert "node_active_slot_uniq" in plans[0], plans[0]
