@@ -606,7 +606,7 @@ def test_a_new_limit_applies_at_once_to_a_key_the_process_remembers(api, tenant_
 
 
 def test_an_extraction_run_that_hits_the_quota_skips_those_writes_and_finishes(
-    tenant_a, alice, django_capture_on_commit_callbacks, countdowns
+    tenant_a, alice, django_capture_on_commit_callbacks
 ):
     from tests.test_extraction import active_nodes, capture, extract
 
@@ -624,7 +624,7 @@ def test_an_extraction_run_that_hits_the_quota_skips_those_writes_and_finishes(
 
 @pytest.mark.django_db(transaction=True, databases=["default", "owner"])
 def test_the_quota_count_reads_the_active_slot_index(tenant_a):
-    """One grouped read over `node_active_slot_uniq` (tenant, scope, owner_ref, key; active): not the tenant."""
+    """The grouped read runs over `node_active_slot_uniq` (tenant, scope, owner_ref, key; active)."""
     from django.db import connection, connections
 
     from memory.services.quota import scope_usage
@@ -633,14 +633,15 @@ def test_the_quota_count_reads_the_active_slot_index(tenant_a):
     workspace = default_workspace(tenant_a)
     with tenant_context(tenant_a), connection.cursor() as cursor:
         cursor.execute(
-            "INSERT INTO memory_memorynode (id, tenant_id, workspace_id, user_id, scope, owner_ref, kind, key, domain,"
-            " category_path, category_path_text, type, title, content, status, confidence, importance, tags,"
-            " entities, source_message_ids, explicit_user_intent, revision, created_at, updated_at, access_count,"
-            " search_text, embedding_model, review_state)"
-            " SELECT gen_random_uuid(), %s, %s, u.id, 'user', 'user:' || u.id, 'skill', 'skill:' || g, 'd', '{}',"
-            " '', 'skill', 't', 'c', 'active', 0.9, 0.5, '{}', '{}', '{}', true, 1, now(), now(), 0, '', '',"
-            " 'reviewed' FROM generate_series(1, 500) g, unnest(%s::int[]) AS u(id)",
-            [tenant_a.pk, workspace.pk, [user.pk for user in users]])
+            "INSERT INTO memory_memorynode (id, tenant_id, workspace_id, user_id, scope, owner_ref, kind,"
+            " key, domain, category_path, category_path_text, type, title, content, status, confidence,"
+            " importance, tags, entities, source_message_ids, explicit_user_intent, revision, created_at,"
+            " updated_at, access_count, search_text, embedding_model, review_state)"
+            " SELECT gen_random_uuid(), %s, %s, u.id, 'user', 'user:' || u.id, 'skill', 'skill:' || g,"
+            " 'd', '{}', '', 'skill', 't', 'c', 'active', 0.9, 0.5, '{}', '{}', '{}', true, 1, now(), now(),"
+            " 0, '', '', 'reviewed' FROM generate_series(1, 500) g, unnest(%s::int[]) AS u(id)",
+            [tenant_a.pk, workspace.pk, [user.pk for user in users]],
+        )
     with connections["owner"].cursor() as cursor:
         cursor.execute("ANALYZE memory_memorynode")  # the app role may not; autovacuum does in production
     plans: list[str] = []
