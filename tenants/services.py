@@ -69,11 +69,13 @@ def membership_set(*, tenant: Tenant, user: AbstractBaseUser, role: str) -> Memb
     return membership
 
 
-def tenant_card_limit_set(*, tenant: Tenant, card_limit: int, changed_by: AbstractBaseUser) -> Tenant:
+def tenant_card_limit_set(*, tenant: Tenant, card_limit: int, changed_by: AbstractBaseUser,
+                          via: str = "tenant settings page") -> Tenant:
     """Set how many ordinary cards each scope owner of `tenant` may hold; record it in the admin history.
 
     The change is logged like an operator's edit in Django admin (a LogEntry on the tenant, with the
-    old and the new limit), so the tenant's history shows every change, whoever made it.
+    old and the new limit and `via`, where it was made), so the tenant's history shows every change,
+    whoever made it. Setting the limit it already has changes and logs nothing.
     """
     from django.contrib.admin.models import CHANGE, LogEntry
 
@@ -81,11 +83,13 @@ def tenant_card_limit_set(*, tenant: Tenant, card_limit: int, changed_by: Abstra
         raise ValueError("card_limit must be at least 1.")
     with transaction.atomic():
         before = Tenant.objects.select_for_update().values_list("card_limit", flat=True).get(pk=tenant.pk)
-        Tenant.objects.filter(pk=tenant.pk).update(card_limit=card_limit)
         tenant.card_limit = card_limit
+        if before == card_limit:
+            return tenant
+        Tenant.objects.filter(pk=tenant.pk).update(card_limit=card_limit)
         LogEntry.objects.log_actions(
             user_id=changed_by.pk, queryset=[tenant], action_flag=CHANGE, single_object=True,
-            change_message=f"Changed card limit from {before} to {card_limit} (tenant settings page).")
+            change_message=f"Changed card limit from {before} to {card_limit} ({via}).")
     return tenant
 
 

@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from memory.errors import QuotaExceeded
 from memory.models import MemoryNode, NodeStatus, ReviewState
-from tenants.models import Scope
+from tenants.models import Scope, Tenant
 
 __all__ = ["JOURNAL_KIND", "LADDER", "QUOTA_SCOPES", "Level", "OwnerQuota", "QuotaOwner", "QuotaReport",
            "ScopeUsage", "cards_added", "is_ordinary", "ladder_level", "ordinary_cards", "owner_labels",
@@ -92,7 +92,7 @@ class ScopeUsage:
         return ladder_level(self.headroom)
 
 
-def scope_usage(tenant, owner_refs: Iterable[str]) -> dict[str, ScopeUsage]:
+def scope_usage(tenant: Tenant, owner_refs: Iterable[str]) -> dict[str, ScopeUsage]:
     """Usage of each named scope owner in one grouped read; owners with no card report zero."""
     owners = sorted(set(owner_refs))
     rows = (MemoryNode.objects.filter(ordinary_cards(), tenant=tenant, owner_ref__in=owners)
@@ -121,7 +121,7 @@ def owner_labels(owner_refs: Iterable[str]) -> dict[str, str]:
                   else ref.split(":", 1)[1]) for ref in refs}
 
 
-def quota_require(*, tenant, adding: Mapping[str, int]) -> None:
+def quota_require(*, tenant: Tenant, adding: Mapping[str, int]) -> None:
     """Refuse (409 `quota_exceeded`) a write giving an owner more ordinary cards than its headroom.
 
     `adding` is `cards_added` of the write. The caller holds the tenant's audit-chain lock, which
@@ -170,7 +170,7 @@ class QuotaReport:
         return min(self.owners, key=lambda owner: owner.usage.headroom, default=None)
 
 
-def quota_report(*, tenant, owners: Sequence[QuotaOwner], now: datetime | None = None) -> QuotaReport:
+def quota_report(*, tenant: Tenant, owners: Sequence[QuotaOwner], now: datetime | None = None) -> QuotaReport:
     """Return each owner's usage (one grouped read) and the ladder level of the tightest one."""
     now = now or timezone.now()
     usage = scope_usage(tenant, [owner.owner_ref for owner in owners])
