@@ -12,6 +12,7 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth import get_user_model
 
+from memory.models import MemoryNode
 from tenants.models import Role, Tenant
 from tests.memory_factories import default_workspace, make_member, make_node
 from tests.test_pages import HTMX, signed_in
@@ -166,3 +167,41 @@ def test_operators_edit_the_card_limit_in_django_admin_and_it_is_logged(client, 
     assert limit_of(tenant_a) == 40
     entry = LogEntry.objects.get(object_id=str(tenant_a.pk))
     assert entry.user == operator and "card_limit" in entry.change_message.lower().replace(" ", "_")
+
+
+def test_restoring_into_a_full_memory_says_so_and_restores_nothing(tenant_a, people):
+    from memory.services import ForgetRequest, node_forget
+    from memory.selectors import NodeSelector
+    from tenants.context import tenant_context
+    from tests.test_node_write_bulk import author
+
+    make_node(
+        tenant=tenant_a,
+        workspace=default_workspace(tenant_a),
+        user=people["mia"],
+        title="gone",
+        item_key="gone",
+    )
+    with tenant_context(tenant_a):
+        card = MemoryNode.objects.get(item_key="gone")
+    node_forget(
+        viewer=author(tenant_a, people["mia"], "user:mia"),
+        request=ForgetRequest(
+            reason="r",
+            explicit_user_intent=True,
+            mode="soft",
+            node_id=card.pk,
+            expected_revision=1,
+            targets=(),
+            all=False,
+            selector=NodeSelector(),
+            purge_evidence=False,
+        ),
+    )
+    fill(tenant_a, people["mia"], 1)
+    Tenant.objects.filter(pk=tenant_a.pk).update(card_limit=1)
+    response = signed_in("mia").post(f"/memories/{card.pk}/restore/", {"expected_revision": "2"})
+    assert response.status_code == 400
+    assert "Memory is full: forget something first" in response.content.decode()
+    with tenant_context(tenant_a):
+        assert MemoryNode.objects.get(pk=card.pk).status == "deleted"
