@@ -170,8 +170,8 @@ def test_operators_edit_the_card_limit_in_django_admin_and_it_is_logged(client, 
 
 
 def test_restoring_into_a_full_memory_says_so_and_restores_nothing(tenant_a, people):
-    from memory.services import ForgetRequest, node_forget
     from memory.selectors import NodeSelector
+    from memory.services import ForgetRequest, node_forget
     from tenants.context import tenant_context
     from tests.test_node_write_bulk import author
 
