@@ -217,12 +217,11 @@ def person_named(viewer: Viewer, username: str | None) -> AbstractBaseUser | Non
 
 
 def quota_owners(principal: Principal, *, workspace_ref: str | int | None = None,
-                 user_ref: str | None = None, only_self: bool = False) -> list[QuotaOwner]:
+                 user_ref: str | None = None) -> list[QuotaOwner]:
     """Return the scope owners whose quota `principal` may see, narrowed to a named workspace and/or user.
 
     Unnamed: the workspaces it may name (a pinned key's one, a person's own) and the people it may act
-    for (a person: themselves; keys, owners and admins: every member; `only_self`: a person themselves
-    whatever the role, the pages' banner). Outside the rule: as `viewer_for`.
+    for (a person: themselves; keys, owners and admins: every member). Outside the rule: as `viewer_for`.
     """
     named = workspace_ref not in (None, "") or bool(user_ref)
     viewer = viewer_for(principal, workspace_ref=workspace_ref, user_ref=user_ref)
@@ -231,13 +230,21 @@ def quota_owners(principal: Principal, *, workspace_ref: str | int | None = None
         people = [viewer.user] if user_ref else []
     else:
         workspaces = reachable_workspaces(principal)
-        people = ([principal.user] if principal.restrict_to_person or only_self
-                  else _members(principal.tenant))
+        people = [principal.user] if principal.restrict_to_person else _members(principal.tenant)
+    return quota_owners_of(workspaces, people)
+
+
+def quota_owners_of(workspaces: Iterable[Workspace],
+                    people: Iterable[AbstractBaseUser | None]) -> list[QuotaOwner]:
+    """Return the workspace-scope owners of `workspaces`, then the user-scope owners of `people`."""
+    def owner(scope: str, workspace_id: int, user_id: int | None) -> str:
+        # A user-scope card belongs to its person in every workspace: the workspace is not in its owner.
+        return owner_ref(scope=scope, workspace_id=workspace_id, session_id=None, user_id=user_id)
+
     return [
-        *(QuotaOwner(scope=Scope.WORKSPACE, label=str(w.pk), owner_ref=owner_ref(
-            scope=Scope.WORKSPACE, workspace_id=w.pk, session_id=None, user_id=None)) for w in workspaces),
-        *(QuotaOwner(scope=Scope.USER, label=p.get_username(), owner_ref=owner_ref(
-            scope=Scope.USER, workspace_id=viewer.workspace.pk, session_id=None, user_id=p.pk))
+        *(QuotaOwner(scope=Scope.WORKSPACE, label=str(w.pk), owner_ref=owner(Scope.WORKSPACE, w.pk, None))
+          for w in workspaces),
+        *(QuotaOwner(scope=Scope.USER, label=p.get_username(), owner_ref=owner(Scope.USER, 0, p.pk))
           for p in people if p is not None),
     ]
 

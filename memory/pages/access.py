@@ -23,7 +23,7 @@ from memory.access import (
     may_import,
     memberships_of,
     principal_for_user,
-    quota_owners,
+    quota_owners_of,
     reachable_workspaces,
     viewer_for,
 )
@@ -81,12 +81,13 @@ class PageAccess:
 
     @cached_property
     def quota_banner(self) -> OwnerQuota | None:
-        """Return the tightest of this person's own scope and workspaces when it is past normal, else None.
+        """Return the tightest of this person's own scope and their workspaces past normal, else None.
 
-        Read when a full page renders its banner (base.html), never for fragments.
+        Whatever the role, the banner is about the person: their user scope and the workspaces the
+        switcher offers them. Read (one grouped count) when a full page renders it, never for fragments.
         """
+        owners = quota_owners_of(self.workspaces, [self.principal.user])
         with tenant_context(self.tenant, savepoint=False):  # also for pages rendered outside the view
-            owners = quota_owners(self.principal, only_self=True)
             report = quota_report(tenant=self.tenant, owners=owners)
         return report.tightest_owner if report.level != Level.NORMAL else None
 
