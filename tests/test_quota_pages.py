@@ -205,3 +205,42 @@ def test_restoring_into_a_full_memory_says_so_and_restores_nothing(tenant_a, peo
     assert "Memory is full: forget something first" in response.content.decode()
     with tenant_context(tenant_a):
         assert MemoryNode.objects.get(pk=card.pk).status == "deleted"
+
+
+def _workspace_file(tenant: Tenant, tmp_path) -> tuple:  # noqa: ANN001
+    from memory.transfer.sqlite_export import workspace_export_sqlite
+    from tests.memory_factories import make_workspace
+
+    source = make_workspace(tenant=tenant, name="Source")
+    make_node(tenant=tenant, workspace=source, kind="hard_constraint", scope="workspace", title="rule")
+    path = tmp_path / "w.sqlite"
+    workspace_export_sqlite(tenant=tenant, workspace=source, path=path)
+    return make_workspace(tenant=tenant, name="Target"), path
+
+
+def test_the_import_page_refuses_a_file_beyond_the_limit(tenant_a, people, tmp_path):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from tenants.context import tenant_context
+
+    target, path = _workspace_file(tenant_a, tmp_path)
+    Tenant.objects.filter(pk=tenant_a.pk).update(card_limit=1)
+    make_node(tenant=tenant_a, workspace=target, kind="hard_constraint", scope="workspace", title="held")
+    client = signed_in("alice")
+    client.post("/switch/workspace/", {"target": target.pk, "next": "/workspace/"})
+    upload = SimpleUploadedFile("w.sqlite", path.read_bytes(), content_type="application/vnd.sqlite3")
+    response = client.post("/workspace/import/", {"file": upload})
+    assert response.status_code == 409
+    assert "nothing was written" in response.content.decode()
+    with tenant_context(tenant_a):
+        assert MemoryNode.objects.filter(workspace=target).count() == 1
+
+
+def test_the_import_command_refuses_a_file_beyond_the_limit(tenant_a, people, tmp_path):
+    from django.core.management import CommandError, call_command
+
+    target, path = _workspace_file(tenant_a, tmp_path)
+    Tenant.objects.filter(pk=tenant_a.pk).update(card_limit=1)
+    make_node(tenant=tenant_a, workspace=target, kind="hard_constraint", scope="workspace", title="held")
+    with pytest.raises(CommandError, match="Nothing was imported.*card"):
+        call_command("import_workspace", f"tenant-a/{target.slug}", str(path), "--quiet")
