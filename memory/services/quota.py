@@ -81,7 +81,7 @@ class ScopeUsage:
     used: int
     limit: int
     unreviewed: int
-    oldest_unreviewed_at: object | None  # datetime
+    oldest_unreviewed_at: datetime | None
 
     @property
     def headroom(self) -> int:
@@ -113,12 +113,12 @@ def scope_usage(tenant: Tenant, owner_refs: Iterable[str]) -> dict[str, ScopeUsa
 def owner_labels(owner_refs: Iterable[str]) -> dict[str, str]:
     """Return what a client calls each owner: the username of a user scope, the id of a workspace scope."""
     refs = set(owner_refs)
-    user_ids = [int(ref.split(":", 1)[1]) for ref in refs if ref.startswith(f"{Scope.USER}:")]
+    user_ids = {ref: int(ref.split(":", 1)[1]) for ref in refs if ref.startswith(f"{Scope.USER}:")}
     user_model = get_user_model()
-    usernames = dict(user_model.objects.filter(pk__in=user_ids).values_list("pk", user_model.USERNAME_FIELD)
-                     ) if user_ids else {}
-    return {ref: (usernames.get(int(ref.split(":", 1)[1]), "") if ref.startswith(f"{Scope.USER}:")
-                  else ref.split(":", 1)[1]) for ref in refs}
+    usernames = dict(user_model.objects.filter(pk__in=user_ids.values())
+                     .values_list("pk", user_model.USERNAME_FIELD)) if user_ids else {}
+    return {ref: usernames.get(user_ids[ref], "") if ref in user_ids else ref.split(":", 1)[1]
+            for ref in refs}
 
 
 def quota_require(*, tenant: Tenant, adding: Mapping[str, int]) -> None:
@@ -174,8 +174,11 @@ def quota_report(*, tenant: Tenant, owners: Sequence[QuotaOwner], now: datetime 
     """Return each owner's usage (one grouped read) and the ladder level of the tightest one."""
     now = now or timezone.now()
     usage = scope_usage(tenant, [owner.owner_ref for owner in owners])
+
+    def days_since(moment: datetime | None) -> int | None:
+        return (now - moment).days if moment is not None else None
+
     rows = [OwnerQuota(owner=owner, usage=usage[owner.owner_ref],
-                       oldest_unreviewed_days=(now - usage[owner.owner_ref].oldest_unreviewed_at).days
-                       if usage[owner.owner_ref].oldest_unreviewed_at is not None else None)
+                       oldest_unreviewed_days=days_since(usage[owner.owner_ref].oldest_unreviewed_at))
             for owner in owners]
     return QuotaReport(owners=rows, level=tightest(row.usage.level for row in rows))
