@@ -657,3 +657,25 @@ def test_the_quota_count_reads_the_active_slot_index(tenant_a):
         usage = scope_usage(tenant_a, [f"user:{users[0].pk}", f"workspace:{workspace.pk}"])
     assert usage[f"user:{users[0].pk}"].used == 500
     assert "node_active_slot_uniq" in plans[0], plans[0]
+
+
+def test_the_quota_endpoint_costs_the_same_statements_for_more_owners(
+    api, tenant_a, alice, django_assert_num_queries
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def statements() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            api.get("memory/quota")
+        return len(captured)
+
+    make_member(tenant=tenant_a, username="carol")
+    statements()  # the first request looks the key up; later ones only re-read it
+    few = statements()
+    for index in range(8):
+        make_member(tenant=tenant_a, username=f"member{index}")
+        make_workspace(tenant=tenant_a, name=f"Workspace {index}")
+    assert (
+        statements() == few == 7
+    )  # key, default workspace, workspaces, members, the grouped count, savepoints
