@@ -16,14 +16,16 @@ from memory.api.base import MemoryApiView
 from memory.api.serializers import ConflictSerializer, ErrorSerializer, IdOrSlugField
 from memory.presenters import quota_to_api
 from memory.services.quota import LADDER, Level, quota_report
+from memory.services.quota import QUOTA_SCOPES as QUOTA_SCOPE_VALUES
 
 LEVELS = [Level.NORMAL, *(level for level, _ in reversed(LADDER))]
+QUOTA_SCOPES = [str(scope) for scope in QUOTA_SCOPE_VALUES]
 OWNER_HELP = ("Who the memory belongs to: the member's username for a `user` scope, the workspace id (as "
               "`workspaceId` in a card) for a `workspace` scope.")
 
 
 class QuotaFieldsMixin(serializers.Serializer):
-    scope = serializers.ChoiceField(choices=["user", "workspace"], required=False,
+    scope = serializers.ChoiceField(choices=QUOTA_SCOPES, required=False,
                                     help_text="quota_exceeded: the scope of the owner that is full.")
     owner = serializers.CharField(required=False, help_text="quota_exceeded: " + OWNER_HELP)
     used = serializers.IntegerField(required=False, help_text="quota_exceeded: its ordinary active cards.")
@@ -48,7 +50,7 @@ class QuotaQuerySerializer(serializers.Serializer):
 
 
 class ScopeQuotaSerializer(serializers.Serializer):
-    scope = serializers.ChoiceField(choices=["user", "workspace"])
+    scope = serializers.ChoiceField(choices=QUOTA_SCOPES)
     owner = serializers.CharField(help_text=OWNER_HELP)
     used = serializers.IntegerField(help_text="Ordinary active cards (not session scope, not the journal).")
     limit = serializers.IntegerField(help_text="The tenant's card limit per scope owner.")
