@@ -17,6 +17,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DATABASE = "ekko_bench"
+# Bench tenants hold far more cards per person or workspace than a tenant's default card limit (500,
+# seed 001's quota), which would refuse their writes and imports: they get the column's largest value.
+BENCH_CARD_LIMIT = 2_147_483_647
+
+
+def lift_card_limit(setup) -> None:  # noqa: ANN001 - a tenants.services.TenantSetup
+    """Let a bench tenant's people and workspaces hold any number of cards (logged as made by the bench)."""
+    from tenants.services import tenant_card_limit_set
+
+    tenant_card_limit_set(tenant=setup.tenant, card_limit=BENCH_CARD_LIMIT, changed_by=setup.owner,
+                          via="bench")
 
 
 def setup_django(database: str = BENCH_DATABASE) -> None:

@@ -29,6 +29,7 @@ from bench._common import (  # noqa: E402
     BENCH_DATABASE,
     ROOT,
     git_revision,
+    lift_card_limit,
     load_average,
     machine,
     percentiles,
@@ -64,6 +65,7 @@ def seed(tenant_slug: str, nodes: int, *, rng: random.Random, embed: bool) -> di
     from tenants.services import api_key_create, tenant_create
 
     setup = tenant_create(slug=tenant_slug, owner_username=f"{tenant_slug}-owner")
+    lift_card_limit(setup)
     tenant, user = setup.tenant, setup.owner
     with tenant_context(tenant):
         existing = MemoryNode.objects.filter(tenant=tenant).count()

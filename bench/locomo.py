@@ -33,6 +33,7 @@ from bench._common import (  # noqa: E402
     Client,
     free_port,
     git_revision,
+    lift_card_limit,
     machine,
     percentiles,
     setup_django,
@@ -64,7 +65,9 @@ def bench_tenant(bench: dict, bench_path: Path):  # noqa: ANN201 - (tenant, slug
 
     digest = hashlib.sha256(bench_path.read_bytes()).hexdigest()[:10]
     slug = f"locomo-{bench.get('split', 'x')}-{digest}"
-    return tenant_create(slug=slug, owner_username="locomo-bench").tenant
+    setup = tenant_create(slug=slug, owner_username="locomo-bench")
+    lift_card_limit(setup)
+    return setup.tenant
 
 
 def workspace_name(conversation: dict) -> str:

@@ -31,6 +31,7 @@ from bench._common import (  # noqa: E402
     Client,
     free_port,
     git_revision,
+    lift_card_limit,
     machine,
     percentiles,
     setup_django,
@@ -93,7 +94,9 @@ def bench_tenant(path: Path):  # noqa: ANN201 - a Tenant
     from tenants.services import tenant_create
 
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:10]
-    return tenant_create(slug=f"qbench-{digest}", owner_username=BENCH_USER).tenant
+    setup = tenant_create(slug=f"qbench-{digest}", owner_username=BENCH_USER)
+    lift_card_limit(setup)
+    return setup.tenant
 
 
 def bench_viewer(tenant):  # noqa: ANN001, ANN201 - a Viewer

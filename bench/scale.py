@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import (  # noqa: E402
     free_port,
     git_revision,
+    lift_card_limit,
     load_average,
     machine,
     setup_django,
@@ -85,6 +86,7 @@ class Targets:
         for name in ("big", "10k-01", "1k-01"):
             plan = layout.tenant(name)
             setup = tenant_create(slug=plan.slug, owner_username=f"{plan.slug}-owner")
+            lift_card_limit(setup)
             with tenant_context(setup.tenant):
                 keys = list(MemoryNode.objects.filter(tenant=setup.tenant, status="active", user=setup.owner)
                             .order_by("?").values_list("kind", "key")[:500])

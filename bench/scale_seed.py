@@ -27,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
+from bench._common import lift_card_limit
 from bench.scale_corpus import Card, Corpus
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -126,6 +127,7 @@ def tenant_setup(plan: TenantPlan) -> SeededTenant:
     from tenants.services import membership_set, tenant_create
 
     setup = tenant_create(slug=plan.slug, owner_username=f"{plan.slug}-owner")
+    lift_card_limit(setup)
     users = [setup.owner]
     for number in range(1, plan.members):
         user, _ = get_user_model().objects.get_or_create(username=f"{plan.slug}-member{number}")

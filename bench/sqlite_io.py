@@ -36,6 +36,7 @@ import numpy as np  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import connection  # noqa: E402
 
+from bench._common import lift_card_limit  # noqa: E402
 from memory.models import MemoryAuditEvent, MemoryMessage, MemoryNode, MemorySummary  # noqa: E402
 from memory.rules.node_text import node_search_text  # noqa: E402
 from memory.rules.text import segment_for_search  # noqa: E402
@@ -283,7 +284,9 @@ def main() -> None:
     rng = random.Random(args.seed)
     slug = f"bench-sqlite-{uuid.uuid4().hex[:8]}"
     owner = f"{slug}-owner"
-    tenant = tenant_create(slug=slug, owner_username=owner).tenant
+    setup = tenant_create(slug=slug, owner_username=owner)
+    lift_card_limit(setup)
+    tenant = setup.tenant
     workdir = Path(tempfile.mkdtemp(prefix="ekko-bench-sqlite-"))
     try:
         with tenant_context(tenant):

@@ -302,6 +302,7 @@ SPECTACULAR_SETTINGS = {
         # One name per choice set (the list fields `scopes`/`types` reuse the single-value enums).
         "ScopeEnum": "memory.api.serializers.SCOPES", "TypeEnum": "memory.models.NodeType.values",
         "ForgetModeEnum": ["soft", "hard"],
+        "QuotaScopeEnum": "memory.api.quota.QUOTA_SCOPES", "QuotaLevelEnum": "memory.api.quota.LEVELS",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

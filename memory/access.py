@@ -40,8 +40,9 @@ from django.http import FileResponse
 from memory.errors import NotFound
 from memory.selectors import session_check
 from memory.services.guards import require_acting_for, require_workspace_reachable
+from memory.services.quota import QuotaOwner
 from memory.transfer.sqlite_export import workspace_export_sqlite
-from memory.visibility import Viewer
+from memory.visibility import Viewer, owner_ref
 from tenants.context import all_tenants_context, tenant_context
 from tenants.models import (
     AGENT_WRITABLE_SCOPES,
@@ -213,6 +214,45 @@ def person_named(viewer: Viewer, username: str | None) -> AbstractBaseUser | Non
         return member_resolve(tenant=viewer.tenant, username=username)
     except TenantObjectNotFound as exc:
         raise NotFound(str(exc)) from exc
+
+
+def quota_owners(principal: Principal, *, workspace_ref: str | int | None = None,
+                 user_ref: str | None = None) -> list[QuotaOwner]:
+    """Return the scope owners whose quota `principal` may see, narrowed to a named workspace and/or user.
+
+    Unnamed: the workspaces it may name (a pinned key's one, a person's own) and the people it may act
+    for (a person: themselves; keys, owners and admins: every member). Outside the rule: as `viewer_for`.
+    """
+    named = workspace_ref not in (None, "") or bool(user_ref)
+    viewer = viewer_for(principal, workspace_ref=workspace_ref, user_ref=user_ref)
+    if named:
+        workspaces = [viewer.workspace] if workspace_ref not in (None, "") else []
+        people = [viewer.user] if user_ref else []
+    else:
+        workspaces = reachable_workspaces(principal)
+        people = [principal.user] if principal.restrict_to_person else _members(principal.tenant)
+    return quota_owners_of(workspaces, people)
+
+
+def quota_owners_of(workspaces: Iterable[Workspace],
+                    people: Iterable[AbstractBaseUser | None]) -> list[QuotaOwner]:
+    """Return the workspace-scope owners of `workspaces`, then the user-scope owners of `people`."""
+    def owner(scope: str, workspace_id: int, user_id: int | None) -> str:
+        # A user-scope card belongs to its person in every workspace: the workspace is not in its owner.
+        return owner_ref(scope=scope, workspace_id=workspace_id, session_id=None, user_id=user_id)
+
+    return [
+        *(QuotaOwner(scope=Scope.WORKSPACE, label=str(w.pk), owner_ref=owner(Scope.WORKSPACE, w.pk, None))
+          for w in workspaces),
+        *(QuotaOwner(scope=Scope.USER, label=p.get_username(), owner_ref=owner(Scope.USER, 0, p.pk))
+          for p in people if p is not None),
+    ]
+
+
+def _members(tenant: Tenant) -> list[AbstractBaseUser]:
+    with tenant_context(tenant, savepoint=False):
+        memberships = Membership.objects.filter(tenant=tenant).select_related("user")
+        return sorted((m.user for m in memberships), key=lambda user: user.get_username())
 
 
 def operations_check(viewer: Viewer, operations: Iterable[Mapping[str, Any]]) -> None:

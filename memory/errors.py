@@ -72,6 +72,20 @@ class Conflict(MemoryServiceError):
     status, code = 409, "conflict"
 
 
+class QuotaExceeded(MemoryServiceError):
+    """409: the write would take a scope owner past the tenant's card limit; nothing was written.
+
+    The body names the owner (`scope`, `owner`: username or workspace id) and how full it is
+    (`used`, `limit`, `headroom`: the cards it may still take), so a caller can shrink the batch,
+    review or forget cards (the organizer merges them), or ask a tenant admin for a higher limit.
+    """
+
+    status, code = 409, "quota_exceeded"
+
+    def __init__(self, detail: str, *, scope: str, owner: str, used: int, limit: int, headroom: int) -> None:
+        super().__init__(detail, scope=scope, owner=owner, used=used, limit=limit, headroom=headroom)
+
+
 class TooLarge(MemoryServiceError):
     status, code = 413, "too_large"
 

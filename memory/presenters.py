@@ -9,6 +9,7 @@ from memory.models import MemoryAuditEvent, MemoryMessage, MemoryNode, MemorySum
 
 if TYPE_CHECKING:
     from memory.services.forget import ForgetResult
+    from memory.services.quota import QuotaReport
 
 
 def iso(value: datetime | None) -> str | None:
@@ -117,3 +118,15 @@ def forget_result_to_api(result: ForgetResult, *, mode: str) -> dict[str, Any]:
         answer["receipt"] = {"id": str(result.receipt.id), "removed": result.receipt.removed,
                              "createdAt": iso(result.receipt.created_at), "digest": result.receipt.digest}
     return answer
+
+
+def quota_to_api(report: QuotaReport) -> dict[str, Any]:
+    """Return `GET memory/quota`'s body: each owner's usage and the tightest level."""
+    return {
+        "scopes": [{
+            "scope": row.owner.scope, "owner": row.owner.label, "used": row.usage.used,
+            "limit": row.usage.limit, "headroom": row.usage.headroom, "unreviewed": row.usage.unreviewed,
+            "oldestUnreviewedDays": row.oldest_unreviewed_days, "level": row.usage.level,
+        } for row in report.owners],
+        "level": report.level,
+    }

@@ -78,7 +78,9 @@ class TenantAdmin(admin.ModelAdmin):
     ]
     search_fields = ["slug", "name"]
     readonly_fields = ["overview", "created_at"]
-    fields = ["slug", "name", "overview", "created_at"]
+    # card_limit: the ordinary cards each scope owner may hold (memory.services.quota); Django admin's
+    # history records each change, as it does every other edit here.
+    fields = ["slug", "name", "card_limit", "overview", "created_at"]
     inlines = [MembershipInline, WorkspaceInline, ApiKeyInline]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:

@@ -18,8 +18,8 @@ from tenants.models import AGENT_WRITABLE_SCOPES, ApiKey, Membership, Role, Scop
 
 KEY_PREFIX = "ekko_"
 PREFIX_DISPLAY_LENGTH = 12
-# How long a process remembers which tenant a key hash belongs to (a tenant renamed meanwhile shows
-# its old name on the key's principal until then; revocation is never cached).
+# How long a process remembers which tenant a key hash belongs to (the key's and the tenant's rows are
+# read again on every call; revocation and a new card limit are never cached).
 API_KEY_CACHE_SECONDS = 300.0
 
 
@@ -67,6 +67,30 @@ def membership_set(*, tenant: Tenant, user: AbstractBaseUser, role: str) -> Memb
     with tenant_context(tenant):
         membership, _ = Membership.objects.update_or_create(tenant=tenant, user=user, defaults={"role": role})
     return membership
+
+
+def tenant_card_limit_set(*, tenant: Tenant, card_limit: int, changed_by: AbstractBaseUser,
+                          via: str = "tenant settings page") -> Tenant:
+    """Set how many ordinary cards each scope owner of `tenant` may hold; record it in the admin history.
+
+    The change is logged like an operator's edit in Django admin (a LogEntry on the tenant, with the
+    old and the new limit and `via`, where it was made), so the tenant's history shows every change,
+    whoever made it. Setting the limit it already has changes and logs nothing.
+    """
+    from django.contrib.admin.models import CHANGE, LogEntry
+
+    if card_limit < 1:
+        raise ValueError("card_limit must be at least 1.")
+    with transaction.atomic():
+        before = Tenant.objects.select_for_update().values_list("card_limit", flat=True).get(pk=tenant.pk)
+        tenant.card_limit = card_limit
+        if before == card_limit:
+            return tenant
+        Tenant.objects.filter(pk=tenant.pk).update(card_limit=card_limit)
+        LogEntry.objects.log_actions(
+            user_id=changed_by.pk, queryset=[tenant], action_flag=CHANGE, single_object=True,
+            change_message=f"Changed card limit from {before} to {card_limit} ({via}).")
+    return tenant
 
 
 def workspace_create(*, tenant: Tenant, name: str, slug: str = "") -> Workspace:
@@ -182,13 +206,11 @@ _known_keys: dict[str, _KnownKey] = {}
 
 
 def _api_key_current(known: _KnownKey) -> ApiKey | None:
-    """Return the key's row as it is now if it is still active, read by id in its tenant."""
+    """Return the key's row as it is now if it is still active, read by id in its tenant (with the tenant's
+    row as it is now too: its card limit may have changed since the key was remembered)."""
     with tenant_context(known.tenant, savepoint=False):
-        api_key = ApiKey.objects.filter(
+        return ApiKey.objects.select_related("tenant").filter(
             tenant=known.tenant, pk=known.api_key_id, revoked_at__isnull=True).first()
-    if api_key is not None:
-        api_key.tenant = known.tenant
-    return api_key
 
 
 def _api_key_by_hash(key_hash: str) -> ApiKey | None:

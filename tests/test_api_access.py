@@ -66,6 +66,8 @@ def _crossing_requests(node_b: dict, ws_b: int) -> dict[str, list[tuple[str, str
         "api-extract": [("POST", "extract", {"sessionId": "s", "workspaceId": ws_b}),
                         ("POST", "extract", {"sessionId": "s", "userId": "bob"})],
         "api-extract-status": [("GET", f"extract/{node_b['extractTaskId']}", {})],
+        "api-memory-quota": [("GET", "memory/quota", {"workspaceId": ws_b}),
+                             ("GET", "memory/quota", {"userId": "bob"})],
     }
 
 

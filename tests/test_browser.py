@@ -450,6 +450,51 @@ def test_write_screenshots(browser, live_server, transactional_db, language):
         page.set_viewport_size({"width": 390, "height": 844})
         page.goto(live_server.url + "/memories/")
         shot("mobile", full_page=False)
+        page.set_viewport_size({"width": 1280, "height": 860})
+        _fill_quota_to(data["tenant"], headroom=12)
+        page.goto(live_server.url + "/quota/")
+        expect(page.locator("#quota-banner")).to_be_visible()
+        shot("quota")
+    finally:
+        context.close()
+
+
+def _fill_quota_to(tenant: Tenant, *, headroom: int) -> None:
+    """Lower the tenant's card limit so the owner's personal memory has `headroom` cards left."""
+    with tenant_context(tenant):
+        used = MemoryNode.objects.filter(tenant=tenant, status="active", scope="user").count()
+    Tenant.objects.filter(pk=tenant.pk).update(card_limit=used + headroom)
+
+
+QUOTA_WORDS = {
+    "zh": {"banner": "记忆已满：新的记忆会被拒绝。", "left": "还剩 3 条", "review": "查看记忆",
+           "quota": "记忆配额"},
+    "en": {"banner": "Memory is full: new memories are refused.", "left": "(3 left)",
+           "review": "Review memories", "quota": "Memory quota"},
+}
+
+
+@pytest.mark.parametrize("language", ["zh", "en"])
+def test_the_quota_banner_says_how_full_and_leads_to_the_memory_list(browser, live_server, transactional_db,
+                                                                    language):
+    words, quota = STORIES[language], QUOTA_WORDS[language]
+    data = seed(language)
+    context = browser.new_context(locale=words["locale"])
+    page = context.new_page()
+    try:
+        _sign_in(page, live_server.url, str(data["owner"]), user_label=words["username"],
+                 password_label=words["password"], submit=words["sign_in"])
+        expect(page.locator("#quota-banner")).to_have_count(0)
+        _fill_quota_to(data["tenant"], headroom=3)
+        page.goto(live_server.url + "/sessions/")
+        banner = page.locator("#quota-banner")
+        expect(banner).to_contain_text(quota["banner"])
+        expect(banner).to_contain_text(quota["left"])
+        page.get_by_role("link", name=quota["review"]).click()
+        expect(page).to_have_url(live_server.url + "/memories/")
+        page.goto(live_server.url + "/")
+        page.locator("#quota-banner").get_by_role("link", name=quota["quota"]).click()
+        expect(page.get_by_role("heading", name=quota["quota"], level=1)).to_be_visible()
     finally:
         context.close()
 

@@ -306,6 +306,10 @@ def _member_requests(office: dict) -> dict[str, list[tuple[str, str, dict, tuple
             ("POST", "extract", {"sessionId": "s-ben"}, NOT_FOUND),
         ],
         "api-extract-status": [("GET", f"extract/{office['y_run']}", {}, NOT_FOUND)],
+        "api-memory-quota": [
+            ("GET", "memory/quota", {"workspaceId": y}, NOT_FOUND),
+            ("GET", "memory/quota", {"userId": "ben"}, NOT_FOUND),
+        ],
     }
 
 

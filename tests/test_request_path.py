@@ -141,6 +141,7 @@ def test_reads_send_a_fixed_number_of_statements(api, cards, django_assert_max_n
 def test_a_write_sends_a_fixed_number_of_statements(api, cards, django_assert_max_num_queries):
     write(api, create(cilantro(itemKey="蒜", valueJson="蒜", title="不吃蒜", content="不要蒜")))
     # savepoint; key; workspace; the card's owner; the service's savepoint, audit-chain lock, kinds,
-    # cited messages, owner, slot occupant, the insert (in a savepoint), audit event; releases
-    with django_assert_max_num_queries(16):
+    # cited messages, owner, slot occupant, the owner's quota count, the insert (in a savepoint), audit
+    # event; releases
+    with django_assert_max_num_queries(17):
         write(api, create(cilantro(itemKey="姜", valueJson="姜", title="不吃姜", content="不要姜")))

@@ -14,6 +14,7 @@ from rest_framework.response import Response
 
 from memory.access import may_export, may_import, sqlite_download
 from memory.api.base import MemoryApiView
+from memory.api.quota import ImportConflictSerializer
 from memory.api.views import ERRORS
 from memory.errors import Forbidden, Invalid
 from memory.transfer.sqlite_import import workspace_import_upload
@@ -69,8 +70,11 @@ class WorkspaceImportApi(MemoryApiView):
     @extend_schema(operation_id="workspace_import", request={"multipart/form-data": ImportUploadSerializer},
                    description=("Import an Ekko local-format SQLite file into the workspace. Needs a "
                                 "writable API key or, for a browser session, the owner or admin role (403 "
-                                "otherwise); a workspace the caller may not reach answers 404."),
-                   responses={200: ImportReportSerializer, **ERRORS})
+                                "otherwise); a workspace the caller may not reach answers 404. A file whose "
+                                "cards would take a user or workspace scope past the tenant's card limit is "
+                                "refused whole with 409 `quota_exceeded` (nothing imported)."),
+                   responses={200: ImportReportSerializer, **ERRORS,
+                              409: OpenApiResponse(ImportConflictSerializer)})
     def post(self, request: Request, workspace_id: str) -> Response:
         principal = self.principal
         viewer = self.viewer(workspace_ref=workspace_id)

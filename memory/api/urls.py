@@ -1,6 +1,6 @@
 from django.urls import path
 
-from memory.api import extract, transfer, views
+from memory.api import extract, quota, transfer, views
 
 urlpatterns = [
     path("workspaces", views.WorkspacesApi.as_view(), name="api-workspaces"),
@@ -14,6 +14,7 @@ urlpatterns = [
     path("memory/nodes/<str:node_id>/history", views.NodeHistoryApi.as_view(), name="api-node-history"),
     path("memory/get", views.MemoryGetApi.as_view(), name="api-memory-get"),
     path("memory/write", views.MemoryWriteApi.as_view(), name="api-memory-write"),
+    path("memory/quota", quota.MemoryQuotaApi.as_view(), name="api-memory-quota"),
     path("memory/forget", views.MemoryForgetApi.as_view(), name="api-memory-forget"),
     path("context", views.ContextApi.as_view(), name="api-context"),
     path("summaries", views.SummariesApi.as_view(), name="api-summaries"),

@@ -16,6 +16,7 @@ from memory import selectors, services
 from memory.access import may_create_workspace, operations_check, reachable_workspaces
 from memory.api import serializers as s
 from memory.api.base import MemoryApiView
+from memory.api.quota import QuotaConflictSerializer
 from memory.api.tools import tool_definitions
 from memory.errors import Forbidden, TooLarge
 from memory.presenters import (
@@ -44,6 +45,9 @@ REACH = ("A browser session without the owner or admin role may name only a `wor
          "(everyone belongs to `default`), only itself as `userId` and only a `sessionId` of its own "
          "conversations; any other workspace, person or session answers 404 `not_found`, like an unknown id. "
          "A key pinned to a workspace gets 403 for any other workspace.")
+QUOTA = (" A batch that would give a user or workspace scope more ordinary cards than its headroom (see "
+         "`GET memory/quota`) is refused whole with 409 `quota_exceeded` (`scope`, `owner`, `used`, `limit`, "
+         "`headroom`); a create that supersedes the card of its slot, an update and an expire add none.")
 SELECTOR_WORKSPACE = " A `workspaceId` in the selector narrows it to the cards that belong to that workspace."
 
 
@@ -171,8 +175,9 @@ class MemoryGetApi(MemoryApiView):
 
 
 class MemoryWriteApi(MemoryApiView):
-    @extend_schema(operation_id="memory_write", description=REACH, request=s.MemoryWriteSerializer,
-                   responses={200: s.MemoryWriteResultSerializer, **CONFLICT_ERRORS})
+    @extend_schema(operation_id="memory_write", description=REACH + QUOTA, request=s.MemoryWriteSerializer,
+                   responses={200: s.MemoryWriteResultSerializer, **CONFLICT_ERRORS,
+                              409: OpenApiResponse(QuotaConflictSerializer)})
     def post(self, request: Request) -> Response:
         data = _parse(s.MemoryWriteSerializer, request.data)
         if len(data["operations"]) > services.MAX_OPERATIONS:

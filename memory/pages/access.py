@@ -9,7 +9,7 @@ changes goes through the `Viewer` built here, and so through memory.visibility's
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import wraps
+from functools import cached_property, wraps
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -23,12 +23,14 @@ from memory.access import (
     may_import,
     memberships_of,
     principal_for_user,
+    quota_owners_of,
     reachable_workspaces,
     viewer_for,
 )
 from memory.errors import Forbidden, NotFound
 from memory.models import MemoryNode
 from memory.pages import labels
+from memory.services.quota import Level, OwnerQuota, quota_report
 from memory.visibility import Viewer
 from tenants.context import tenant_context
 from tenants.models import Membership, Role, Tenant, Workspace
@@ -76,6 +78,21 @@ class PageAccess:
     @property
     def can_import(self) -> bool:
         return may_import(self.principal)
+
+    @cached_property
+    def quota_banner(self) -> OwnerQuota | None:
+        """Return the tightest of this person's own scope and their workspaces past normal, else None.
+
+        Whatever the role, the banner is about the person: their user scope and the workspaces the
+        switcher offers them. Read (one grouped count) when a full page renders it, never for fragments.
+        """
+        owners = quota_owners_of(self.workspaces, [self.principal.user])
+        with tenant_context(self.tenant, savepoint=False):  # also for pages rendered outside the view
+            report = quota_report(tenant=self.tenant, owners=owners)
+        return report.tightest_owner if report.level != Level.NORMAL else None
+
+    def workspace_name(self, workspace_id: int | str) -> str:
+        return next((w.name for w in self.workspaces if str(w.pk) == str(workspace_id)), str(workspace_id))
 
     def can_change(self, node: MemoryNode) -> bool:
         """Return whether this person may edit, forget or restore `node` (the services decide the same)."""

@@ -256,3 +256,9 @@ class WorkspaceImportForm(forms.Form):
     def user_map_lines(self) -> list[str]:
         """Return the `NAME=MEMBER` lines of the map-users field, blank lines left out."""
         return [line for line in self.cleaned_data.get("map_users", "").splitlines() if line.strip()]
+
+
+class CardLimitForm(forms.Form):
+    card_limit = forms.IntegerField(
+        label=_("Card limit"), min_value=1, max_value=1_000_000,
+        help_text=_("How many memories each person and each workspace may keep (sessions do not count)."))

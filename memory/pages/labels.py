@@ -87,3 +87,12 @@ def actor_label(actor: str) -> str:
     if kind == "api_key":
         return str(_("agent key %(prefix)s…") % {"prefix": name})
     return str(_("system"))
+
+# The quota ladder (memory.services.quota.Level).
+LEVELS = {
+    "normal": _("Normal"),
+    "notice": _("Filling up"),
+    "degraded": _("Getting full"),
+    "critical": _("Almost full"),
+    "exhausted": _("Full"),
+}

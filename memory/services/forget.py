@@ -22,6 +22,7 @@ from memory.services.audit import audit_chain_lock, audit_node_change
 from memory.services.erasure import ErasureReceipt, nodes_erase
 from memory.services.guards import require_node_writable, require_writer
 from memory.services.nodes import require_current
+from memory.services.quota import cards_added, quota_require
 from memory.visibility import Viewer
 from tenants.context import tenant_context
 
@@ -131,6 +132,8 @@ def node_restore(*, viewer: Viewer, node_id: Any, expected_revision: int, reason
         if MemoryNode.objects.filter(tenant=viewer.tenant, scope=node.scope, owner_ref=node.owner_ref,
                                      key=node.key, status=NodeStatus.ACTIVE).exists():
             raise Invalid("Another active memory holds this slot now; forget or supersede it first.")
+        node.status = NodeStatus.ACTIVE
+        quota_require(tenant=viewer.tenant, adding=cards_added([node]))
         node.status, node.revision, node.updated_at = NodeStatus.ACTIVE, node.revision + 1, timezone.now()
         node.save(update_fields=["status", "revision", "updated_at"])
         audit_node_change(viewer=viewer, event_type=AuditEventType.RESTORE, node=node, reason=reason,

@@ -26,6 +26,7 @@ from memory.services.imports import (
     _run,
     _staged_value,
 )
+from memory.services.quota import JOURNAL_KIND, QUOTA_SCOPES
 from tenants.models import Tenant
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "SlotOccupant",
     "StagedSlots",
     "nodes_apply_staged",
+    "nodes_staged_cards_added",
     "nodes_clear_dangling_links",
     "nodes_insert_staged_in_background",
     "nodes_stage",
@@ -120,6 +122,29 @@ def nodes_staged_slots(*, tenant: Tenant, staging: ImportStaging) -> StagedSlots
         for row in rows
     ]
     return StagedSlots(clashes=[], occupants=occupants)
+
+
+def nodes_staged_cards_added(*, tenant: Tenant, staging: ImportStaging) -> dict[str, int]:
+    """Return the ordinary cards each scope owner gains from the staged nodes (quota.cards_added's rule).
+
+    A staged active card counts one; a stored active card that a staged "update" replaces counts minus
+    one (a new revision of a card is no new card). Owners that gain nothing are left out.
+    """
+    _ready(tenant, staging)
+    scopes = [str(scope) for scope in QUOTA_SCOPES]
+    rows = _run(
+        """
+        SELECT owner_ref, sum(gained)::int FROM (
+            SELECT owner_ref, 1 AS gained FROM ekko_import_nodes
+            WHERE status = 'active' AND scope = ANY(%s) AND kind <> %s
+            UNION ALL
+            SELECT n.owner_ref, -1 FROM memory_memorynode n
+            JOIN ekko_import_nodes s ON s.id = n.id AND s.import_action = 'update'
+            WHERE n.tenant_id = %s AND n.status = 'active' AND n.scope = ANY(%s) AND n.kind <> %s
+        ) changes GROUP BY owner_ref HAVING sum(gained) > 0
+        """, [scopes, JOURNAL_KIND, tenant.pk, scopes, JOURNAL_KIND], fetch=True,
+    )
+    return dict(rows)
 
 
 def nodes_unstage(

@@ -9,7 +9,8 @@ adds the new ones and one INSERT their audit events, in operation order, so the 
 links them exactly as it would one by one. The tenant's audit-chain lock is taken after the
 validation, before the first row lock, so concurrent writes validate side by side. Two creates on
 one slot depend on their order (the second supersedes or repeats the first): such a write goes
-one by one.
+one by one. The whole write is checked against the scope owners' card quotas once, before the
+first row changes (`quota.quota_require`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from memory.presenters import node_to_api
 from memory.rules.node_text import same_content
 from memory.services.audit import NodeChange, audit_node_changes
 from memory.services.node_drafts import WriteContext, WriteResult, node_prepare, search_text_of
+from memory.services.quota import cards_added, quota_require
 from memory.services.rows_insert import rows_insert
 
 Slot = tuple[str, str, str]  # (scope, owner_ref, key): at most one active card each
@@ -101,6 +103,9 @@ def creates_apply(ctx: WriteContext, operations: Sequence[dict[str, Any]]) -> li
         else:
             result.action = "created"
         retired.append(occupant)
+    written = [(node, old) for old, (node, r) in zip(retired, prepared, strict=True) if r.action != "noop"]
+    quota_require(tenant=ctx.viewer.tenant,
+                  adding=cards_added([node for node, _ in written], [old for _, old in written if old]))
     superseded = [old.pk for old, (_, r) in zip(retired, prepared, strict=True) if r.action == "superseded"]
     if superseded:
         MemoryNode.objects.filter(pk__in=superseded).update(status=NodeStatus.SUPERSEDED, updated_at=ctx.now)

@@ -48,6 +48,7 @@ from memory.services.node_drafts import (
     refuse_sensitive,
     search_text_of,
 )
+from memory.services.quota import cards_added, quota_require
 from memory.visibility import Viewer
 from tenants.context import tenant_context
 
@@ -104,6 +105,7 @@ def _create(ctx: WriteContext, op: dict[str, Any], index: int) -> WriteResult:
         return result
     if occupant is not None:
         return _replace(ctx, occupant, node, result, reason=op["reason"])
+    quota_require(tenant=ctx.viewer.tenant, adding=cards_added([node]))
     nodes_insert([node])
     audit_node_change(viewer=ctx.viewer, event_type=AuditEventType.CREATE, node=node, reason=op["reason"],
                       payload=create_payload(node))
@@ -114,6 +116,7 @@ def _create(ctx: WriteContext, op: dict[str, Any], index: int) -> WriteResult:
 def _replace(ctx: WriteContext, old: MemoryNode, node: MemoryNode, result: WriteResult, *,
              reason: str) -> WriteResult:
     """Supersede `old` by the unsaved `node` (rule 2): old → superseded, new → revision + 1, linked."""
+    quota_require(tenant=ctx.viewer.tenant, adding=cards_added([node], [old]))
     MemoryNode.objects.filter(pk=old.pk).update(status=NodeStatus.SUPERSEDED, updated_at=ctx.now)
     successor_link(old, node)
     nodes_insert([node])

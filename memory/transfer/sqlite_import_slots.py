@@ -6,7 +6,8 @@ otherwise. A supersede chain is imported whole or not at all: when one of its ca
 whatever reason, so are the others (`chain`). Links to cards that end up nowhere are cleared. In a
 round trip (ids kept), an id another tenant already uses is renamed silently, so it imports exactly
 like an unused one. Then memory.services.imports_nodes inserts the new cards and applies the new
-revisions, with one "update" audit event each.
+revisions, with one "update" audit event each — unless the cards would take a scope owner past the
+tenant's card limit: then the whole import is refused (409 `quota_exceeded`, nothing imported).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 from memory.models import AuditEventType
 from memory.rules.node_text import same_content
 from memory.services import imports, imports_nodes
-from memory.services.audit import audit_event_build
+from memory.services.audit import audit_chain_lock, audit_event_build
+from memory.services.quota import quota_require
 from memory.transfer.report import ImportError_
 from memory.transfer.sqlite_import_state import ImportState
 
@@ -37,6 +39,10 @@ def settle_and_apply(state: ImportState, previous_versions: dict[uuid.UUID, dict
         )
     if state.same_workspace:
         _rename_ids_taken_elsewhere(state)
+    # Under the chain lock every card writer takes before it inserts: no write slips in after the count.
+    audit_chain_lock(tenant=state.tenant)
+    quota_require(tenant=state.tenant,
+                  adding=imports_nodes.nodes_staged_cards_added(tenant=state.tenant, staging=state.staging))
     _apply(state, previous_versions)
 
 

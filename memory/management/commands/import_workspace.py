@@ -7,6 +7,7 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
+from memory.errors import QuotaExceeded
 from memory.management.commands._workspace import progress_bars, resolve_workspace, stderr_stream
 from memory.transfer.import_rules import importer_viewer, parse_user_map
 from memory.transfer.report import ImportError_
@@ -77,7 +78,7 @@ class Command(BaseCommand):
                     progress=progress,
                     embed_after_commit=not no_embed,
                 )
-        except ImportError_ as exc:
+        except (ImportError_, QuotaExceeded) as exc:
             raise CommandError(f"Nothing was imported: {exc.detail}") from exc
         if as_json:
             self.stdout.write(json.dumps(report.as_json(), ensure_ascii=False, indent=2))

@@ -44,6 +44,8 @@ def service_error_text(exc: MemoryServiceError) -> str:
         return _("Someone changed this memory while you were looking at it.")
     if exc.status == 403:
         return _("You may not change this memory.")
+    if exc.code == "quota_exceeded":
+        return _("Memory is full: forget something first, or ask a tenant admin to raise the card limit.")
     if exc.code == "sensitive_content":
         return _("Refused: memories never keep passwords, secrets, card or ID numbers.")
     return _("The change was refused.")

@@ -14,6 +14,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
 from memory.access import sqlite_download
+from memory.errors import QuotaExceeded
 from memory.models import MemoryMessage, MemoryNode, MemorySummary
 from memory.pages import forms, labels
 from memory.pages.access import PageAccess, tenant_page, wants_fragment
@@ -106,14 +107,14 @@ def workspace_import(request: HttpRequest, access: PageAccess) -> HttpResponse:
         report = workspace_import_upload(viewer=access.viewer, chunks=upload.chunks(),
                                          user_map=parse_user_map(form.user_map_lines()),
                                          actor=access.principal.actor)
-    except ImportError_ as exc:
+    except (ImportError_, QuotaExceeded) as exc:
         context = _workspace_context(
             access,
             form=form,
             import_error=_("This file cannot be imported; nothing was written."),
             import_error_detail=exc.detail,
         )
-        return render(request, template, context, status=400)
+        return render(request, template, context, status=exc.status)
     context = _workspace_context(
         access,
         report=report,
