@@ -76,12 +76,14 @@ class McpEndpoint:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         host, _ = split_domain_port(_header(scope, b"host"))
         if not validate_host(host, settings.ALLOWED_HOSTS):
-            await _error(400, "invalid", "This host is not served here (DJANGO_ALLOWED_HOSTS).")(scope, receive, send)
+            response = _error(400, "invalid", "This host is not served here (DJANGO_ALLOWED_HOSTS).")
+            await response(scope, receive, send)
             return
         keyword, _, raw_key = _header(scope, b"authorization").partition(" ")
         key = await sync_to_async(_caller_key)(raw_key.strip()) if keyword == "Bearer" and raw_key else None
         if key is None:
-            response = _error(401, "unauthenticated", "Send `Authorization: Bearer <api key>` with a valid key.",
+            response = _error(401, "unauthenticated",
+                              "Send `Authorization: Bearer <api key>` with a valid key.",
                               headers={"WWW-Authenticate": "Bearer"})
             await response(scope, receive, send)
             return
@@ -105,8 +107,9 @@ class McpEndpoint:
         status, body = await self.api_request(ctx.request.scope, tool.route, params.arguments or {})
         return _result(body, is_error=status >= 400)
 
-    async def api_request(self, scope: dict[str, Any], route: str, arguments: dict[str, Any]) -> tuple[int, Any]:
-        """Send a tool's arguments as the body of its API route, as the caller; return status and JSON body."""
+    async def api_request(self, scope: dict[str, Any], route: str,
+                          arguments: dict[str, Any]) -> tuple[int, Any]:
+        """Send a tool's arguments as the body of its API route, as the caller; return status and body."""
         headers = [(k.decode(), v.decode("latin-1")) for k, v in scope["headers"] if k in FORWARDED_HEADERS]
         client = scope.get("client") or ("127.0.0.1", 0)
         transport = httpx.ASGITransport(app=self.django_app, client=tuple(client))
@@ -120,5 +123,6 @@ class McpEndpoint:
 
 
 def _result(body: Any, *, is_error: bool) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(text=json.dumps(body, ensure_ascii=False))],
-                                structured_content=body if isinstance(body, dict) else None, is_error=is_error)
+    text = types.TextContent(text=json.dumps(body, ensure_ascii=False))
+    return types.CallToolResult(content=[text], structured_content=body if isinstance(body, dict) else None,
+                                is_error=is_error)

@@ -35,8 +35,9 @@ class MemoryTool:
 TOOLS = {
     "memory_search": MemoryTool(
         "MemoryQueryRequest", "api-memory-search", False,
-        "Search long-term memory. Use kinds/key/valueJson for known categories, queryText for open questions, "
-        "all: true to list everything. An empty result without all: true does not mean memory is empty."),
+        "Search long-term memory. Use kinds/key/valueJson for known categories, queryText for open "
+        "questions, all: true to list everything. An empty result without all: true does not mean memory "
+        "is empty."),
     "memory_get": MemoryTool(
         "MemoryGetRequest", "api-memory-get", False,
         "Fetch the one active memory card matching a selector, with its id and revision for later writes. "
@@ -53,9 +54,9 @@ TOOLS = {
         "default; hard erases the content for good. " + REQUIRES_CONFIRMATION + " " + REVISION_CONFLICT),
     "memory_context": MemoryTool(
         "ContextRequestRequest", "api-context", False,
-        "Assemble the context pack of a conversation turn: recent messages, the latest summary, active tasks, "
-        "constraints, preferences and the cards relevant to queryText, with `prompt`, a text block within "
-        "tokenBudget to paste into the system prompt."),
+        "Assemble the context pack of a conversation turn: recent messages, the latest summary, active "
+        "tasks, constraints, preferences and the cards relevant to queryText, with `prompt`, a text block "
+        "within tokenBudget to paste into the system prompt."),
 }
 
 
