@@ -7,10 +7,30 @@ stops the MCP server's task group (Django's ASGI handler takes no lifespan event
 import os
 from contextlib import AsyncExitStack
 
-from django.core.asgi import get_asgi_application
+import django
+from django.core.handlers.asgi import ASGIHandler
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ekko_site.settings")
-django_application = get_asgi_application()
+
+
+class DjangoOnTheSyncThread(ASGIHandler):
+    """Django's ASGI handler, with every request's sync work on the process's one sync thread.
+
+    Django's own handler gives each request a thread of its own (asgiref's ThreadSensitiveContext), and
+    a database connection lives and dies with its thread: every request would open a new PostgreSQL
+    connection (CONN_MAX_AGE lost; about twice the p50 of the API here). On the one sync thread the
+    connection persists, and a process answers one Django request at a time, exactly as the former
+    sync workers did; the sockets, and `/mcp` while it waits for the API, stay on the event loop.
+    """
+
+    async def __call__(self, scope, receive, send) -> None:  # noqa: ANN001
+        if scope["type"] != "http":
+            raise ValueError(f"Django serves HTTP connections only, not {scope['type']!r}.")
+        await self.handle(scope, receive, send)
+
+
+django.setup(set_prefix=False)
+django_application = DjangoOnTheSyncThread()
 
 from ekko_site.inprocess import serve_background  # noqa: E402 - needs the apps loaded above
 from memory.api.mcp import McpEndpoint  # noqa: E402
