@@ -5,6 +5,7 @@ stops the MCP server's task group (Django's ASGI handler takes no lifespan event
 """
 
 import os
+import time
 from contextlib import AsyncExitStack
 
 import django
@@ -33,6 +34,8 @@ django.setup(set_prefix=False)
 django_application = DjangoOnTheSyncThread()
 
 from ekko_site.inprocess import serve_background  # noqa: E402 - needs the apps loaded above
+from ekko_site.metrics import observe_request  # noqa: E402
+from ekko_site.request_id import request_id_from  # noqa: E402
 from memory.api.mcp import McpEndpoint  # noqa: E402
 
 MCP_PATH = "/mcp"
@@ -46,9 +49,30 @@ class EkkoApplication:
         if scope["type"] == "lifespan":
             await self.lifespan(receive, send)
         elif scope["type"] == "http" and scope["path"].rstrip("/") == MCP_PATH:
-            await self.mcp(scope, receive, send)
+            await self.mcp_request(scope, receive, send)
         else:
             await django_application(scope, receive, send)
+
+    async def mcp_request(self, scope, receive, send) -> None:  # noqa: ANN001
+        """Serve one `/mcp` request with a request id (passed on to its tool calls) and its latency."""
+        given = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"x-request-id"), None)
+        request_id = request_id_from(given)
+        headers = [(k, v) for k, v in scope["headers"] if k != b"x-request-id"]
+        scope = {**scope, "headers": [*headers, (b"x-request-id", request_id.encode())]}
+        started, status = time.perf_counter(), 500
+
+        async def send_with_id(message) -> None:  # noqa: ANN001
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message = {**message, "headers": [*message.get("headers", []),
+                                                  (b"x-request-id", request_id.encode())]}
+            await send(message)
+
+        try:
+            await self.mcp(scope, receive, send_with_id)
+        finally:
+            observe_request("mcp", scope["method"], status, time.perf_counter() - started)
 
     async def lifespan(self, receive, send) -> None:  # noqa: ANN001
         async with AsyncExitStack() as stack:

@@ -31,11 +31,10 @@ class RequestIdMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         request_id = request_id_from(request.headers.get(HEADER))
-        token = current_request_id.set(request_id)
-        try:
-            response = self.get_response(request)
-        finally:
-            current_request_id.reset(token)
+        # Not reset on the way out: Django logs a 4xx or 5xx after the middleware returns, and each
+        # request sets its own id before anything else.
+        current_request_id.set(request_id)
+        response = self.get_response(request)
         response[HEADER] = request_id
         return response
 
