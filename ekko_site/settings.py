@@ -309,7 +309,13 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Ekko Memory API",
-    "DESCRIPTION": "Long-term memory for AI agents: evidence, memory cards, context packs (see shared/API.md).",
+    "DESCRIPTION": (
+        "Long-term memory for AI agents: evidence, memory cards, context packs (see shared/API.md).\n\n"
+        "The same service also serves **`/mcp`**, an MCP server (streamable HTTP) with the tools "
+        "`memory_search`, `memory_get`, `memory_write`, `memory_forget` and `memory_context` (their "
+        "schemas are `GET /api/v1/tools`), on the same Bearer API keys; **`/metrics`**, Prometheus "
+        "metrics behind `EKKO_METRICS_TOKEN`; and `/healthz`. Every response carries an `X-Request-ID` "
+        "header (an incoming sane one is kept), which JSON logs (`EKKO_LOG_FORMAT=json`) print."),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
@@ -323,6 +329,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "memory.api.schema.free_form_nullable_hook",
+        "memory.api.schema.service_endpoints_hook",
     ],
 }
 

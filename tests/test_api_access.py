@@ -188,7 +188,7 @@ def test_tools_are_openai_functions_generated_from_the_request_schemas(client, t
     tools = api_for(client, tenant_a).get("tools")["tools"]
     by_name = {t["function"]["name"]: t["function"] for t in tools}
     assert set(by_name) == {"memory_search", "memory_get", "memory_write", "memory_forget", "memory_context"}
-    assert by_name["memory_context"]["parameters"]["required"] == ["sessionId", "queryText"]
+    assert sorted(by_name["memory_context"]["parameters"]["required"]) == ["queryText", "sessionId"]
     write = by_name["memory_write"]["parameters"]
     assert sorted(write["required"]) == ["explicitUserIntent", "operations"]
     operation = write["properties"]["operations"]["items"]
