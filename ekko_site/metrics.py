@@ -16,12 +16,21 @@ from __future__ import annotations
 
 import hmac
 import os
+import shutil
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    start_http_server,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import REGISTRY, Collector
@@ -37,10 +46,16 @@ SEARCH_ARM_SECONDS = Histogram(
     ["arm"], buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
 EXTRACTIONS = Counter(
     "ekko_extractions_total", "Extraction runs that ended an attempt: done, retrying or failed.", ["outcome"])
+EXTRACTION_OUTCOMES = ("done", "retrying", "failed")
+for _outcome in EXTRACTION_OUTCOMES:
+    EXTRACTIONS.labels(outcome=_outcome)  # present at 0 from the start, so rate() sees the first one
 WEBHOOK_DELIVERIES = Counter(
     "ekko_webhook_deliveries_total", "Webhook delivery attempts, by outcome.", ["outcome"])
 
 BACKLOG_CACHE_SECONDS = 15.0
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    # Any process may count (a Celery worker too); a missing directory must not fail its first sample.
+    Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
 
 
 class BacklogCollector(Collector):
@@ -114,3 +129,18 @@ class RequestMetricsMiddleware:
         route = match.view_name if match is not None and match.view_name else "unmatched"
         observe_request(route, request.method or "", response.status_code, time.perf_counter() - started)
         return response
+
+
+def serve_worker_metrics(port: int) -> None:
+    """Serve this Celery worker's metrics (all its pool processes, in multiprocess mode) on `port`.
+
+    No token: the port is for the internal network only (docker-compose publishes no port for it).
+    """
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    registry = REGISTRY
+    if directory:
+        shutil.rmtree(directory, ignore_errors=True)
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
+    start_http_server(port, registry=registry)

@@ -29,7 +29,7 @@ class Served:
     log: Path
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -37,7 +37,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def served_app(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[Served]:  # noqa: ANN001
-    port = _free_port()
+    port = free_port()
     state = tmp_path_factory.mktemp("served")
     env = {**os.environ, "EKKO_DATABASE_NAME": connections["default"].settings_dict["NAME"],
            "DJANGO_ALLOWED_HOSTS": "127.0.0.1", "EKKO_RATE_LIMIT": "1000000/min",
