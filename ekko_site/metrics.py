@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hmac
 import os
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +33,10 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import REGISTRY, Collector
+
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    # Any process may count (a Celery worker too); a missing directory must not fail its first sample.
+    Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
 
 REQUEST_SECONDS = Histogram(
     "ekko_http_request_duration_seconds", "Time to answer an HTTP request, by URL pattern name.",
@@ -53,9 +56,6 @@ WEBHOOK_DELIVERIES = Counter(
     "ekko_webhook_deliveries_total", "Webhook delivery attempts, by outcome.", ["outcome"])
 
 BACKLOG_CACHE_SECONDS = 15.0
-if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-    # Any process may count (a Celery worker too); a missing directory must not fail its first sample.
-    Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
 
 
 class BacklogCollector(Collector):
@@ -135,12 +135,10 @@ def serve_worker_metrics(port: int) -> None:
     """Serve this Celery worker's metrics (all its pool processes, in multiprocess mode) on `port`.
 
     No token: the port is for the internal network only (docker-compose publishes no port for it).
+    The worker's PROMETHEUS_MULTIPROC_DIR must be empty when it starts (docker-compose: a tmpfs).
     """
-    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     registry = REGISTRY
-    if directory:
-        shutil.rmtree(directory, ignore_errors=True)
-        Path(directory).mkdir(parents=True, exist_ok=True)
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         MultiProcessCollector(registry)
     start_http_server(port, registry=registry)

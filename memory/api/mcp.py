@@ -30,6 +30,11 @@ from memory.api.tools import TOOLS, tool_definitions
 from tenants.services import api_key_authenticate
 
 KEY_SCOPE = "ekko.api_key"
+INSTRUCTIONS = (
+    "Ekko Memory: the user's long-term memory. Call memory_context at the start of a turn (or "
+    "memory_search for a question), memory_write only for what the user asked to remember or clearly "
+    "stated, memory_forget when the user asks to forget. A tool error's text is the API's error body: "
+    "act on its `code`.")
 # The caller's headers a tool call passes on to its API request (the key, the proxy's view of the client).
 FORWARDED_HEADERS = (b"authorization", b"host", b"x-forwarded-for", b"x-forwarded-proto", b"x-request-id",
                      b"user-agent")
@@ -63,8 +68,8 @@ class McpEndpoint:
     """ASGI app of `/mcp`: check the host and the Bearer key, then hand the request to the SDK."""
 
     def __init__(self, django_app: Any) -> None:
-        self.server = Server("ekko-memory", version="1.0.0", on_list_tools=self.list_tools,
-                             on_call_tool=self.call_tool)
+        self.server = Server("ekko-memory", version="1.0.0", instructions=INSTRUCTIONS,
+                             on_list_tools=self.list_tools, on_call_tool=self.call_tool)
         self.sessions = StreamableHTTPSessionManager(app=self.server, json_response=True, stateless=True,
                                                      max_request_body_size=settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
         self.django_app = django_app
@@ -105,7 +110,7 @@ class McpEndpoint:
             body: Any = {"code": "not_found", "detail": f"No tool {params.name!r}; tools/list names them."}
             return _result(body, is_error=True)
         status, body = await self.api_request(ctx.request.scope, tool.route, params.arguments or {})
-        return _result(body, is_error=status >= 400)
+        return _result(body, is_error=not 200 <= status < 300)
 
     async def api_request(self, scope: dict[str, Any], route: str,
                           arguments: dict[str, Any]) -> tuple[int, Any]:
@@ -118,8 +123,9 @@ class McpEndpoint:
             response = await http.post(reverse(route), json=arguments, headers=headers)
         try:
             return response.status_code, response.json()
-        except ValueError:
-            return response.status_code, {"code": "server_error", "detail": response.text[:500]}
+        except ValueError:  # not the API's answer (a redirect to https, a proxy's page): say so, not more
+            return response.status_code, {"code": "server_error",
+                                          "detail": f"The API answered {response.status_code} without JSON."}
 
 
 def _result(body: Any, *, is_error: bool) -> types.CallToolResult:
