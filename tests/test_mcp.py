@@ -177,3 +177,10 @@ def test_a_revoked_key_is_refused_at_once(served_app, keys):  # noqa: F811
     response = httpx.post(f"{served_app.url}/mcp", headers={"Authorization": f"Bearer {issued.raw_key}"},
                           json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
     assert response.status_code == 401 and response.json()["code"] == "unauthenticated"
+
+
+def test_the_same_served_app_answers_the_pages_and_documents_mcp(served_app, transactional_db):  # noqa: F811
+    assert httpx.get(f"{served_app.url}/login/").status_code == 200
+    assert httpx.get(f"{served_app.url}/api/docs/").status_code == 200
+    schema = httpx.get(f"{served_app.url}/api/schema/?format=json").json()
+    assert {"/mcp", "/metrics"} <= set(schema["paths"]) and "/mcp" in schema["info"]["description"]
