@@ -11,4 +11,7 @@ COPY . .
 RUN DATABASE_URL=postgres://build@localhost/build DJANGO_SECRET_KEY=collectstatic-build-only \
     python manage.py collectstatic --noinput --verbosity 0
 EXPOSE 8000
-CMD ["gunicorn", "ekko_site.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3"]
+# The ASGI entry (the API, the pages and the MCP server at /mcp) on uvicorn workers; gunicorn.conf.py
+# prepares PROMETHEUS_MULTIPROC_DIR when it is set (docs/operations.md).
+CMD ["gunicorn", "ekko_site.asgi", "--worker-class", "uvicorn_worker.UvicornWorker", "--bind", "0.0.0.0:8000", \
+     "--workers", "3"]

@@ -1,4 +1,5 @@
 # The two commands a newcomer needs: `make run` (serve a demo) and `make test` (the whole suite).
+# `make run` serves what production serves: the ASGI entry (the API, the pages and `/mcp`) under gunicorn.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -20,7 +21,7 @@ run: install
 	$(BIN)/python manage.py migrate --verbosity 0
 	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
 	$(BIN)/python manage.py setup_demo --url http://$(HOST):$(PORT)/
-	$(BIN)/python manage.py runserver $(HOST):$(PORT)
+	$(BIN)/gunicorn ekko_site.asgi --worker-class uvicorn_worker.UvicornWorker --bind $(HOST):$(PORT) --workers 1
 
 test: install
 	$(BIN)/python -m pytest

@@ -30,6 +30,20 @@ def lift_card_limit(setup) -> None:  # noqa: ANN001 - a tenants.services.TenantS
                           via="bench")
 
 
+# How production serves the app (Dockerfile, docker-compose.yml): the ASGI entry under gunicorn with
+# uvicorn workers. "wsgi" is the former sync-worker setup, kept to compare the two.
+SERVERS = {
+    "asgi": ["ekko_site.asgi", "--worker-class", "uvicorn_worker.UvicornWorker"],
+    "wsgi": ["ekko_site.wsgi"],
+}
+
+
+def server_command(port: int, workers: int, server: str = "asgi") -> list[str]:
+    """Return the gunicorn command line serving the app on 127.0.0.1:`port` with `workers` workers."""
+    return [str(ROOT / ".venv/bin/gunicorn"), *SERVERS[server], "--bind", f"127.0.0.1:{port}",
+            "--workers", str(workers)]
+
+
 def setup_django(database: str = BENCH_DATABASE) -> None:
     """Point this process at a bench database (created and migrated if needed) and set Django up."""
     sys.path.insert(0, str(ROOT))
@@ -101,14 +115,13 @@ def free_port() -> int:
 
 def start_server(port: int, workers: int, database: str = BENCH_DATABASE,
                  extra_env: dict[str, str] | None = None) -> subprocess.Popen:
-    """Start gunicorn (`workers` sync workers, as in production) on the bench database; wait until it
+    """Start gunicorn (`workers` workers, as in production) on the bench database; wait until it
     listens. `extra_env` adds settings (a broker, inline tasks)."""
     env = {**os.environ, "EKKO_DATABASE_NAME": database, "EKKO_RATE_LIMIT": "1000000/min",
            "DJANGO_ALLOWED_HOSTS": "127.0.0.1", "EKKO_LOG_LEVEL": os.environ.get("EKKO_LOG_LEVEL", "WARNING"),
            **(extra_env or {})}
     server = subprocess.Popen(
-        [str(ROOT / ".venv/bin/gunicorn"), "ekko_site.wsgi", "--bind", f"127.0.0.1:{port}", "--workers",
-         str(workers), "--timeout", "300", "--log-level", "warning"], cwd=ROOT, env=env)
+        [*server_command(port, workers), "--timeout", "300", "--log-level", "warning"], cwd=ROOT, env=env)
     for _ in range(600):
         if server.poll() is not None:
             raise RuntimeError(f"gunicorn exited with code {server.returncode}")

@@ -28,11 +28,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import (  # noqa: E402
     BENCH_DATABASE,
     ROOT,
+    SERVERS,
     git_revision,
     lift_card_limit,
     load_average,
     machine,
     percentiles,
+    server_command,
     setup_django,
 )
 
@@ -176,6 +178,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=300, help="timed requests per operation")
     parser.add_argument("--no-embeddings", action="store_true", help="seed without vectors (keyword only)")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--server", choices=sorted(SERVERS), default="asgi",
+                        help="asgi (uvicorn workers, as in production) or wsgi (sync workers), to compare")
     args = parser.parse_args()
     setup_django()
     rng = random.Random(42)
@@ -189,8 +193,7 @@ def main() -> None:
     for size in sorted(args.nodes):
         info = seed(f"bench-{size}", size, rng=rng, embed=not args.no_embeddings)
         server = subprocess.Popen(
-            [str(ROOT / ".venv/bin/gunicorn"), "ekko_site.wsgi", "--bind", f"127.0.0.1:{port}", "--workers",
-             str(args.workers), "--log-level", "warning"], cwd=ROOT, env=env)
+            [*server_command(port, args.workers, args.server), "--log-level", "warning"], cwd=ROOT, env=env)
         try:
             for _ in range(200):
                 try:
@@ -205,7 +208,8 @@ def main() -> None:
             server.send_signal(signal.SIGTERM)
             server.wait(timeout=30)
         print(f"\n{size:,} nodes in the measured tenant, 2 x {args.noise:,} noise nodes, "
-              f"{'with' if not args.no_embeddings else 'without'} vectors, gunicorn {args.workers} workers, "
+              f"{'with' if not args.no_embeddings else 'without'} vectors, "
+              f"gunicorn {args.workers} {args.server} workers, "
               f"{args.requests} sequential requests per operation; "
               f"load average {load_before} -> {load_after}")
         print(f"{'operation':<20}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}{'errors':>8}")

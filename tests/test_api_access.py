@@ -189,7 +189,8 @@ def test_browser_sessions_need_csrf_on_the_api(client, tenant_a):
 def test_tools_are_openai_functions_generated_from_the_request_schemas(client, tenant_a):
     tools = api_for(client, tenant_a).get("tools")["tools"]
     by_name = {t["function"]["name"]: t["function"] for t in tools}
-    assert set(by_name) == {"memory_search", "memory_get", "memory_write", "memory_forget"}
+    assert set(by_name) == {"memory_search", "memory_get", "memory_write", "memory_forget", "memory_context"}
+    assert sorted(by_name["memory_context"]["parameters"]["required"]) == ["queryText", "sessionId"]
     write = by_name["memory_write"]["parameters"]
     assert sorted(write["required"]) == ["explicitUserIntent", "operations"]
     operation = write["properties"]["operations"]["items"]

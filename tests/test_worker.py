@@ -92,3 +92,35 @@ def test_a_failed_extraction_is_retried_by_the_worker_and_applied_once(client, t
                 assert tasks.extract_session.delay(tenant_a.pk, str(run.pk)).get(timeout=60) == "done"
         assert cards() == applied and len(applied) == len(set(applied))
     assert all(r.attempts == 2 for r in runs())
+
+
+def test_the_worker_serves_its_extraction_outcomes_as_metrics(client, tenant_a, queue, settings, tmp_path):
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.served import free_port
+
+    settings.EKKO_EXTRACT_DELAY_SECONDS = 0
+    port = free_port()
+    api = api_for(client, tenant_a)
+    worker_env = {"EKKO_EXTRACT_DELAY_SECONDS": "0", "EKKO_WORKER_METRICS_PORT": str(port),
+                  "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "worker-metrics")}
+
+    def done() -> bool:
+        with tenant_context(tenant_a):
+            return ExtractionRun.objects.filter(session_id="lunch", status="done").exists()
+
+    def extractions() -> dict[str, float]:
+        try:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        except httpx.HTTPError:
+            return {}
+        return {s.labels["outcome"]: s.value for family in text_string_to_metric_families(text)
+                for s in family.samples if s.name == "ekko_extractions_total"}
+
+    with celery_worker(queue, worker_env):
+        api.post("messages", {"sessionId": "lunch", "userId": "alice", "messages": [
+            {"id": "l1", "role": "user", "content": "记住我不吃香菜。"}]}, expect=201)
+        api.post("extract", {"sessionId": "lunch", "userId": "alice"}, expect=202)
+        wait_for(done, what="the worker to finish the extraction")
+        wait_for(lambda: extractions().get("done", 0) >= 1, what="the worker's metrics to count it")

@@ -1,8 +1,14 @@
-"""OpenAI-style function definitions of the four memory tools, built from the request serializers' schema."""
+"""The memory tools: OpenAI-style function definitions built from the request serializers' schema.
+
+`TOOLS` is the one table of the tools: each names the request component its parameters are, the API
+route a call of it is (the MCP server at /mcp sends each call to that route, memory.api.mcp), whether it
+writes (read-only keys are not offered those) and the description the model reads.
+"""
 
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -17,24 +23,40 @@ REQUIRES_CONFIRMATION = (
     "which ones they mean, then call again with targets (id + expectedRevision of each), or with all: true "
     "only when the user asked for every one.")
 
+
+@dataclass(frozen=True)
+class MemoryTool:
+    component: str
+    route: str
+    writes: bool
+    description: str
+
+
 TOOLS = {
-    "memory_search": ("MemoryQueryRequest",
-                      "Search long-term memory. Use kinds/key/valueJson for known categories, queryText for "
-                      "open questions, all: true to list everything. An empty result without all: true does "
-                      "not mean memory is empty."),
-    "memory_get": ("MemoryGetRequest",
-                   "Fetch the one active memory card matching a selector, with its id and revision for "
-                   "later writes. On 409 requires_confirmation several cards match: narrow the selector, "
-                   "or use the candidates' ids."),
-    "memory_write": ("MemoryWriteRequest",
-                     "Create, update, supersede or expire memory cards atomically. create needs a kind; "
-                     "update, supersede and expire need targetId and expectedRevision. Set "
-                     "explicitUserIntent only when the user asked to remember. When done is true the write "
-                     "is complete: do not repeat it. A refused batch changes nothing. " + REVISION_CONFLICT),
-    "memory_forget": ("MemoryForgetRequest",
-                      "Forget memories the user asked to forget (explicitUserIntent: true, reason required). "
-                      "Soft by default; hard erases the content for good. " + REQUIRES_CONFIRMATION + " "
-                      + REVISION_CONFLICT),
+    "memory_search": MemoryTool(
+        "MemoryQueryRequest", "api-memory-search", False,
+        "Search long-term memory. Use kinds/key/valueJson for known categories, queryText for open "
+        "questions, all: true to list everything. An empty result without all: true does not mean memory "
+        "is empty."),
+    "memory_get": MemoryTool(
+        "MemoryGetRequest", "api-memory-get", False,
+        "Fetch the one active memory card matching a selector, with its id and revision for later writes. "
+        "On 409 requires_confirmation several cards match: narrow the selector, or use the candidates' ids."),
+    "memory_write": MemoryTool(
+        "MemoryWriteRequest", "api-memory-write", True,
+        "Create, update, supersede or expire memory cards atomically. create needs a kind; update, supersede "
+        "and expire need targetId and expectedRevision. Set explicitUserIntent only when the user asked to "
+        "remember. When done is true the write is complete: do not repeat it. A refused batch changes "
+        "nothing. " + REVISION_CONFLICT),
+    "memory_forget": MemoryTool(
+        "MemoryForgetRequest", "api-memory-forget", True,
+        "Forget memories the user asked to forget (explicitUserIntent: true, reason required). Soft by "
+        "default; hard erases the content for good. " + REQUIRES_CONFIRMATION + " " + REVISION_CONFLICT),
+    "memory_context": MemoryTool(
+        "ContextRequestRequest", "api-context", False,
+        "Assemble the context pack of a conversation turn: recent messages, the latest summary, active "
+        "tasks, constraints, preferences and the cards relevant to queryText, with `prompt`, a text block "
+        "within tokenBudget to paste into the system prompt."),
 }
 
 
@@ -56,7 +78,7 @@ def tool_definitions() -> list[dict[str, Any]]:
 
     components = SchemaGenerator().get_schema(request=None, public=True)["components"]["schemas"]
     return [
-        {"type": "function", "function": {"name": name, "description": description,
-                                          "parameters": _inline(components[component], components)}}
-        for name, (component, description) in TOOLS.items()
+        {"type": "function", "function": {"name": name, "description": tool.description,
+                                          "parameters": _inline(components[tool.component], components)}}
+        for name, tool in TOOLS.items()
     ]

@@ -302,7 +302,11 @@ class SummaryLatestApi(MemoryApiView):
 
 
 class ToolsApi(MemoryApiView):
-    @extend_schema(operation_id="tools", responses={200: OpenApiResponse(description="OpenAI-style tools")})
+    @extend_schema(operation_id="tools", description=(
+        "OpenAI-style function definitions of memory_search, memory_get, memory_write, memory_forget and "
+        "memory_context; each one's `parameters` is exactly its operation's request body. The MCP server "
+        "at `/mcp` offers the same tools with these schemas."),
+        responses={200: OpenApiResponse(description="OpenAI-style tools")})
     def get(self, request: Request) -> Response:
         return Response({"tools": tool_definitions()})
 

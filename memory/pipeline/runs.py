@@ -27,6 +27,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import Max, Q
 from django.utils import timezone
 
+from ekko_site.metrics import EXTRACTIONS
 from memory.errors import MemoryServiceError, NotFound
 from memory.models import (
     Channel,
@@ -279,6 +280,7 @@ def _finish(tenant: Tenant, claimed: ExtractionRun, work: _Work) -> ExtractionRu
         }
         run.status, run.error, run.next_retry_at = ExtractionStatus.DONE, "", None
         run.save()
+    EXTRACTIONS.labels(outcome=run.status).inc()
     for entry in items:
         if entry["outcome"] == "skipped":
             logger.info(
@@ -319,7 +321,8 @@ def _fail(tenant: Tenant, claimed: ExtractionRun, error: Exception) -> Extractio
                 run.next_retry_at.isoformat(),
             )
         run.save()
-        return run
+    EXTRACTIONS.labels(outcome=run.status).inc()
+    return run
 
 
 def extraction_run(*, tenant_id: int, run_id: str | UUID) -> ExtractionRun:

@@ -20,6 +20,7 @@ from django.core.exceptions import EmptyResultSet
 from django.db import connection
 from django.db.models import QuerySet
 
+from ekko_site.metrics import SEARCH_ARM_SECONDS
 from memory.models import EMBEDDING_DIM, MemoryMessage, SearchTable, vector_text
 from memory.rules.text import query_terms
 from memory.search.embeddings import embed_query
@@ -79,7 +80,11 @@ def text_plan(text: str | None, query_embedding: Any) -> TextPlan:
     terms = query_terms(text or "")[:MAX_QUERY_TERMS]
     if not terms:
         return TextPlan(terms=[], vector=None)
-    vector = embed_query(text or "") if query_embedding is NOT_EMBEDDED else query_embedding
+    if query_embedding is NOT_EMBEDDED:
+        with SEARCH_ARM_SECONDS.labels(arm="query_embedding").time():
+            vector = embed_query(text or "")
+    else:
+        vector = query_embedding
     if vector is not None and len(vector) != EMBEDDING_DIM:
         logger.warning(
             "Query embedding has %d dimensions but the vector columns have %d; searching by keywords only. "
@@ -193,7 +198,8 @@ def text_candidates(
             f" (SELECT 1 FROM ({base_sql}) b LIMIT {ROW_COUNT_CAP:d}) c)"
         )
         params += base_params
-    with connection.cursor() as cursor:
+    arm = "keyword" if vector is None else "keyword_vector"
+    with SEARCH_ARM_SECONDS.labels(arm=arm).time(), connection.cursor() as cursor:
         cursor.execute(prefix + " UNION ALL ".join(parts), params)
         rows = cursor.fetchall()
 

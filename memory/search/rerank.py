@@ -22,6 +22,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ekko_site.metrics import SEARCH_ARM_SECONDS
 from memory.http_json import post_json
 from memory.models import MemoryMessage, MemoryNode
 from memory.rules.node_text import node_plain_text
@@ -153,7 +154,8 @@ def rerank_scores(reranker: Reranker, query: str, scores: Mapping[K, float],
     if len(candidates) < 2:
         return dict(scores)
     try:
-        by_index = reranker.scores(query, [text for _key, text in candidates])
+        with SEARCH_ARM_SECONDS.labels(arm="rerank").time():
+            by_index = reranker.scores(query, [text for _key, text in candidates])
     except RerankError as error:
         logger.warning("Reranking failed; the offline order stands. %s", error)
         return dict(scores)

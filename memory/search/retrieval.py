@@ -41,6 +41,7 @@ from uuid import UUID
 from django.db.models import Case, F, IntegerField, Q, Value, When
 from django.utils import timezone
 
+from ekko_site.metrics import SEARCH_ARM_SECONDS
 from memory.models import HEAVY_FIELDS, MemoryNode, NodeStatus
 from memory.rules.queries import is_list_all_query
 from memory.search.hybrid import (
@@ -232,7 +233,8 @@ def search_nodes(
                 wanted |= Q(pk__in=enumerated.values("pk")[:cap])
             rows = list(MemoryNode.objects.defer(*HEAVY_FIELDS).filter(wanted))
         elif enumerated is not None:
-            rows = list(enumerated[:cap])
+            with SEARCH_ARM_SECONDS.labels(arm="structured").time():
+                rows = list(enumerated[:cap])
 
     pool = rows if (list_all or structured) else [row for row in rows if row.pk in scores]
     kept, dropped = resolve_conflicts(

@@ -96,8 +96,13 @@ def _vectors_store(tenant_id: int, model: type[MemoryNode] | type[MemoryMessage]
 
 def embeddable_messages(tenant_id: int):  # noqa: ANN201 - a queryset
     """Main-channel messages long enough to embed (call inside the tenant context)."""
-    return MemoryMessage.objects.annotate(length=Length("content")).filter(
-        tenant_id=tenant_id, channel=Channel.MAIN, length__gte=MIN_MESSAGE_CHARS)
+    return embeddable(MemoryMessage.objects.filter(tenant_id=tenant_id))
+
+
+def embeddable(messages):  # noqa: ANN001, ANN201 - querysets
+    """Narrow a queryset of messages to those that get a vector: main channel, long enough."""
+    return messages.annotate(length=Length("content")).filter(channel=Channel.MAIN,
+                                                              length__gte=MIN_MESSAGE_CHARS)
 
 
 def messages_embed(*, tenant_id: int, message_pks: Sequence[int]) -> int:
