@@ -64,6 +64,7 @@ def run_tool(client: EkkoClient, name: str, arguments: dict[str, Any], evidence:
         "memory_get": client.memory_get,
         "memory_write": client.memory_write,
         "memory_forget": client.memory_forget,
+        "memory_context": client.context,
     }[name]
     try:
         return method(**arguments).model_dump(mode="json", by_alias=True)
