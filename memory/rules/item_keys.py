@@ -12,7 +12,8 @@ import unicodedata
 from itertools import pairwise
 
 from memory.rules.errors import SchemaError
-from memory.rules.kinds import KindSpec
+from memory.rules.journal import require_journal_date
+from memory.rules.kinds import JOURNAL_KIND, KindSpec
 
 MAX_ITEM_KEY_CHARS = 64
 MAX_ITEM_KEY_WORDS = 6
@@ -112,4 +113,6 @@ def canonical_key(spec: KindSpec, item_key: str | None) -> str:
         raise SchemaError(
             "invalid", f"Kind {spec.name} is itemized: give an itemKey; {_ITEM_KEY_HINT}.", "node.itemKey"
         )
+    if spec.name == JOURNAL_KIND:
+        return f"{spec.slot_key}:{require_journal_date(item_key)}"  # a date, which other itemKeys may not be
     return f"{spec.slot_key}:{normalize_item_key(item_key)}"

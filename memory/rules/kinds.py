@@ -28,6 +28,9 @@ NODE_TYPES: tuple[str, ...] = (
     "correction",
 )
 VALUE_SHAPES: tuple[str, ...] = ("string", "object", "string_or_object", "any")
+# The journal (seed 001's `daily`): one card per user per local date, appended to, outside the quota and
+# outside default recall (memory.rules.journal).
+JOURNAL_KIND = "journal"
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,8 @@ DEFAULT_KINDS: dict[str, KindSpec] = {
               itemized=True, scope="session", intent=False, shape="string", user_scope_needs_expiry=True),
         _kind("correction", "correction", "correction", "通用/纠正",
               itemized=True, scope="session", intent=False, shape="string"),
+        _kind(JOURNAL_KIND, "journal", "fact", "个人/日记",
+              itemized=True, scope="user", intent=True, shape="string"),
     )
 }
 # fmt: on
@@ -174,6 +179,9 @@ KIND_SYNONYMS: dict[str, str] = {
     "todo_item": "task",
     "temporary_constraint": "temporary_state",
     "user_correction": "correction",
+    "daily": JOURNAL_KIND,
+    "diary": JOURNAL_KIND,
+    "journal_entry": JOURNAL_KIND,
 }
 
 

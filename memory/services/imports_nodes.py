@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from memory.rules.kinds import JOURNAL_KIND
 from memory.services.imports import (
     ImportStaging,
     _analyze,
@@ -26,7 +27,7 @@ from memory.services.imports import (
     _run,
     _staged_value,
 )
-from memory.services.quota import JOURNAL_KIND, QUOTA_SCOPES
+from memory.services.quota import QUOTA_SCOPES
 from tenants.models import Tenant
 
 __all__ = [

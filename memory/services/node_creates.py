@@ -25,6 +25,7 @@ from django.db.models import Q
 from memory.errors import RevisionConflict
 from memory.models import AuditEventType, MemoryNode, NodeStatus
 from memory.presenters import node_to_api
+from memory.rules.kinds import JOURNAL_KIND
 from memory.rules.node_text import same_content
 from memory.services.audit import NodeChange, audit_node_changes
 from memory.services.node_drafts import WriteContext, WriteResult, node_prepare, search_text_of
@@ -87,8 +88,8 @@ def creates_apply(ctx: WriteContext, operations: Sequence[dict[str, Any]]) -> li
         return None
     prepared = [node_prepare(ctx, op["node"], base=None) for op in operations]
     slots = [slot_of(node) for node, _ in prepared]
-    if len(set(slots)) < len(slots):
-        return None
+    if len(set(slots)) < len(slots) or any(node.kind == JOURNAL_KIND for node, _ in prepared):
+        return None  # journal creates append to their date's card: memory.services.journal
     ctx.chain_lock()  # validated without it: concurrent writes of the tenant validate side by side
     occupants = slot_occupants(ctx, slots)
     retired: list[MemoryNode | None] = []

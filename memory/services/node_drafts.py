@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
@@ -20,7 +21,8 @@ from memory.models import MemoryMessage, MemoryNode, NodeStatus
 from memory.rules.confidence import apply_confidence_contract
 from memory.rules.errors import SchemaError
 from memory.rules.item_keys import canonical_key
-from memory.rules.kinds import KindSpec, resolve_kind
+from memory.rules.journal import journal_entry, journal_item_key
+from memory.rules.kinds import JOURNAL_KIND, KindSpec, resolve_kind
 from memory.rules.node_text import node_search_text
 from memory.rules.scope_policy import validate_scope_for_write
 from memory.rules.sensitive import find_sensitive_node_content
@@ -143,10 +145,15 @@ def node_prepare(ctx: WriteContext, draft: dict[str, Any], *,
     spec = ctx.kind(kind_name)
     item_key = draft.get("item_key") if draft.get("item_key") is not None else (
         base.item_key if base is not None and base.kind == spec.name else None)
+    journal = spec.name == JOURNAL_KIND
     try:
+        if journal:
+            item_key = journal_item_key(item_key, now=ctx.now, zone_name=settings.EKKO_JOURNAL_TIME_ZONE)
         key = canonical_key(spec, item_key)
         value = normalize_value(spec, draft["value_json"]) if draft.get("value_json_given") else (
             base.value_json if base is not None else None)
+        if journal:
+            value = journal_entry(value, draft.get("content"))
         validate_value(spec, value)
         requested_scope = draft.get("scope") or (base.scope if base is not None else spec.default_scope)
         require_write_scope(ctx.viewer, requested_scope)
@@ -156,6 +163,9 @@ def node_prepare(ctx: WriteContext, draft: dict[str, Any], *,
         )
     except SchemaError as exc:
         raise from_schema_error(exc) from exc
+    if journal and scope != Scope.USER:
+        raise Invalid("A journal entry lives in its writer's user scope: write it with scope user (the default) "
+                      "and explicitUserIntent: true.", errors={"node.scope": [f"journal in {scope} scope"]})
     workspace = ctx.workspace(draft.get("workspace_id")) if draft.get("workspace_id") or base is None else (
         base.workspace)
     require_workspace_reachable(ctx.viewer, workspace.pk)
@@ -177,8 +187,8 @@ def node_prepare(ctx: WriteContext, draft: dict[str, Any], *,
     requested_confidence = draft.get("confidence", default_confidence)
     confidence, downgraded = apply_confidence_contract(
         requested_confidence, draft.get("source_quote"), ctx.evidence.texts)
-    title = draft.get("title") or (base.title if base is not None else "")
-    content = draft.get("content") or (base.content if base is not None else "")
+    title = draft.get("title") or (base.title if base is not None else "") or (item_key if journal else "")
+    content = value if journal else draft.get("content") or (base.content if base is not None else "")
     node = MemoryNode(
         tenant=ctx.viewer.tenant,
         workspace=workspace,

@@ -25,12 +25,14 @@ from memory.errors import Invalid, MemoryServiceError, NotFound, RevisionConflic
 from memory.models import AuditEventType, MemoryNode, NodeStatus
 from memory.rules.confidence import apply_confidence_contract
 from memory.rules.errors import SchemaError
+from memory.rules.kinds import JOURNAL_KIND
 from memory.rules.node_text import same_content
 from memory.rules.values import normalize_value, validate_value
 from memory.selectors import accessible_nodes, parse_node_id, superseded_by_ids, tenant_kinds
 from memory.services.audit import audit_chain_lock, audit_node_change
 from memory.services.events import nodes_written_announce
 from memory.services.guards import require_batch_size, require_node_writable, require_writer
+from memory.services.journal import journal_append
 from memory.services.node_creates import (
     create_payload,
     creates_apply,
@@ -100,6 +102,8 @@ def _locked_target(ctx: WriteContext, target_id: Any, expected_revision: int | N
 def _create(ctx: WriteContext, op: dict[str, Any], index: int) -> WriteResult:
     node, result = node_prepare(ctx, op["node"], base=None)
     occupant = slot_occupants(ctx, [slot_of(node)]).get(slot_of(node))
+    if occupant is not None and node.kind == JOURNAL_KIND:
+        return journal_append(ctx, occupant, node, result, reason=op["reason"])
     if occupant is not None and same_content(occupant, node):
         result.node, result.action = occupant, "noop"
         return result
@@ -129,6 +133,9 @@ def _replace(ctx: WriteContext, old: MemoryNode, node: MemoryNode, result: Write
 def _supersede(ctx: WriteContext, op: dict[str, Any], index: int) -> WriteResult:
     target = _locked_target(ctx, op.get("target_id"), op.get("expected_revision"), index=index)
     node, result = node_prepare(ctx, op.get("node") or {}, base=target)
+    if JOURNAL_KIND in (target.kind, node.kind):
+        raise Invalid("A journal card is never superseded: create appends an entry to its date, update edits it.",
+                      errors={f"operations[{index}].operation": ["supersede of a journal card"]})
     if (node.scope, node.owner_ref, node.key) != (target.scope, target.owner_ref, target.key):
         occupied = MemoryNode.objects.filter(
             tenant=ctx.viewer.tenant, scope=node.scope, owner_ref=node.owner_ref, key=node.key,

@@ -26,13 +26,13 @@ from django.utils import timezone
 
 from memory.errors import QuotaExceeded
 from memory.models import MemoryNode, NodeStatus, ReviewState
+from memory.rules.kinds import JOURNAL_KIND
 from tenants.models import Scope, Tenant
 
-__all__ = ["JOURNAL_KIND", "LADDER", "QUOTA_SCOPES", "Level", "OwnerQuota", "QuotaOwner", "QuotaReport",
+__all__ = ["LADDER", "QUOTA_SCOPES", "Level", "OwnerQuota", "QuotaOwner", "QuotaReport",
            "ScopeUsage", "cards_added", "is_ordinary", "ladder_level", "ordinary_cards", "owner_labels",
            "quota_report", "quota_require", "scope_usage", "tightest"]
 
-JOURNAL_KIND = "journal"
 QUOTA_SCOPES = (Scope.USER, Scope.WORKSPACE)
 
 
