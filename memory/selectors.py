@@ -24,10 +24,10 @@ from memory.models import (
     MemorySummary,
     NodeStatus,
 )
-from memory.rules.kinds import KindSpec
+from memory.rules.kinds import JOURNAL_KIND, KindSpec
 from memory.visibility import Viewer, accessible_nodes_q
 from tenants.context import tenant_context
-from tenants.models import Tenant
+from tenants.models import Scope, Tenant
 
 
 def key_q(key: str) -> Q:
@@ -259,3 +259,16 @@ def supersede_chain_walk(nodes: QuerySet[MemoryNode], start: list[MemoryNode], *
         seen.update(node.pk for node in frontier)
         found.extend(frontier)
     return found
+
+
+def journal_cards(*, viewer: Viewer) -> QuerySet[MemoryNode]:
+    """Return the viewer's own active journal cards, newest date first (none without a person).
+
+    Only the viewer's person: an admin who sees the whole tenant still reads no one else's journal here.
+    Evaluate inside the tenant context.
+    """
+    if viewer.user is None:
+        return MemoryNode.objects.none()
+    return MemoryNode.objects.filter(tenant=viewer.tenant, kind=JOURNAL_KIND, scope=Scope.USER,
+                                     user_id=viewer.user.pk, status=NodeStatus.ACTIVE,
+                                     ).order_by("-item_key", "-updated_at")

@@ -423,12 +423,25 @@ class SummaryEnvelopeSerializer(serializers.Serializer):
 
 # --- context --------------------------------------------------------------------------------------
 
+class StrictBooleanField(serializers.BooleanField):
+    """A JSON true or false, nothing else: "yes", 1 or "true" are refused rather than guessed at."""
+
+    def to_internal_value(self, data):  # noqa: ANN001, ANN201
+        if isinstance(data, bool):
+            return data
+        self.fail("invalid", input=data)
+
+
 class ContextRequestSerializer(serializers.Serializer):
     sessionId = serializers.CharField(max_length=200, source="session_id")
     workspaceId = IdOrSlugField(required=False, allow_null=True, source="workspace_id")
     userId = serializers.CharField(max_length=150, required=False, allow_null=True, source="user_id")
     queryText = serializers.CharField(max_length=4000, allow_blank=True, source="query_text")
     tokenBudget = serializers.IntegerField(min_value=1, max_value=200_000, default=4000, source="token_budget")
+    includeJournal = StrictBooleanField(
+        default=False, source="include_journal",
+        help_text="Also recall the person's journal (kind journal): their latest dates and the journal cards "
+                  "queryText finds. Off by default: a journal is personal and long.")
 
 
 class ContextDiagnosticsSerializer(serializers.Serializer):

@@ -56,7 +56,8 @@ TOOLS = {
         "ContextRequestRequest", "api-context", False,
         "Assemble the context pack of a conversation turn: recent messages, the latest summary, active "
         "tasks, constraints, preferences and the cards relevant to queryText, with `prompt`, a text block "
-        "within tokenBudget to paste into the system prompt."),
+        "within tokenBudget to paste into the system prompt. The user's journal is left out unless "
+        "includeJournal is true."),
 }
 
 

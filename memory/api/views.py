@@ -240,7 +240,8 @@ class ContextApi(MemoryApiView):
         data = _parse(s.ContextRequestSerializer, request.data)
         viewer = self.viewer(workspace_ref=data.get("workspace_id"), session_id=data["session_id"],
                              user_ref=data.get("user_id"))
-        pack = build_context(viewer=viewer, query_text=data["query_text"], token_budget=data["token_budget"])
+        pack = build_context(viewer=viewer, query_text=data["query_text"], token_budget=data["token_budget"],
+                             include_journal=data["include_journal"])
         return Response(context_json(pack, self.nodes_json_groups))
 
     def handle_exception(self, exc: Exception) -> Response:

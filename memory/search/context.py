@@ -49,6 +49,7 @@ from memory.search.embeddings import embed_query
 from memory.search.messages import search_messages
 from memory.search.ranking import resolve_conflicts
 from memory.search.retrieval import MemoryQuery, search_nodes
+from memory.selectors import journal_cards
 from memory.services.maintenance import node_access_queue
 from memory.visibility import Viewer, visible_nodes_q
 from tenants.context import tenant_context
@@ -73,6 +74,8 @@ RELEVANT_MESSAGES_MAX = 5
 NODES_MAX = 20
 RELEVANT_NODES_LIMIT = 20
 STANDING_NODES_LIMIT = 60
+# With includeJournal: the person's latest dates, besides the journal cards the query finds.
+JOURNAL_NODES_LIMIT = 3
 # One card or older message stays a short line; recent messages may use their whole layer.
 NODE_LINE_MAX_TOKENS = 80
 OLDER_MESSAGE_MAX_TOKENS = 120
@@ -420,11 +423,13 @@ def _long_term_order(standing: list[MemoryNode], relevant: list[MemoryNode]) -> 
 
 
 def build_context(
-    *, viewer: Viewer, query_text: str, token_budget: int = DEFAULT_TOKEN_BUDGET, now: datetime | None = None
+    *, viewer: Viewer, query_text: str, token_budget: int = DEFAULT_TOKEN_BUDGET, now: datetime | None = None,
+    include_journal: bool = False,
 ) -> ContextPack:
     """Return the context pack for the viewer's session and `query_text`, never over `token_budget`.
 
-    The parts share one transaction bound to the viewer's tenant once; when even that cannot be
+    Journal cards are left out unless `include_journal`. The parts share one transaction bound to the
+    viewer's tenant once; when even that cannot be
     opened (the store is down), each part tries on its own and reports its failure.
     """
     now = now or timezone.now()
@@ -435,17 +440,17 @@ def build_context(
     try:
         # Inside a caller's transaction bound to the tenant (the API's) the pack joins it as it is.
         with tenant_context(viewer.tenant, savepoint=False):
-            pack = _assemble(viewer, query_text, budget, now, vector, _Steps(shared=True))
+            pack = _assemble(viewer, query_text, budget, now, vector, _Steps(shared=True), include_journal)
     except DatabaseError:
         if pack is not None:
             return pack  # only the closing commit of reads failed
         logger.warning("Context pack: the tenant transaction could not be opened.", exc_info=True)
-        pack = _assemble(viewer, query_text, budget, now, vector, _Steps(shared=False))
+        pack = _assemble(viewer, query_text, budget, now, vector, _Steps(shared=False), include_journal)
     return pack
 
 
 def _assemble(viewer: Viewer, query_text: str, budget: int, now: datetime, vector: Any,
-              steps: _Steps) -> ContextPack:
+              steps: _Steps, include_journal: bool = False) -> ContextPack:
     """Read the parts through `steps` and fit them into `budget`."""
     recent = steps.run("recent messages", lambda: message_list_recent(viewer=viewer), [])
     summary = steps.run("latest summary", lambda: summary_get_latest(viewer=viewer), None)
@@ -454,7 +459,8 @@ def _assemble(viewer: Viewer, query_text: str, budget: int, now: datetime, vecto
         "relevant memories",
         lambda: search_nodes(
             viewer=viewer,
-            query=MemoryQuery(query_text=query_text, limit=RELEVANT_NODES_LIMIT),
+            query=MemoryQuery(query_text=query_text, limit=RELEVANT_NODES_LIMIT,
+                              include_journal=include_journal),
             now=now,
             record_access=False,
             query_embedding=vector,
@@ -478,6 +484,10 @@ def _assemble(viewer: Viewer, query_text: str, budget: int, now: datetime, vecto
         older = [message for message, _score in found]
 
     relevant = search.nodes if search is not None else []
+    if include_journal:
+        journal = steps.run("journal", lambda: list(
+            journal_cards(viewer=viewer).defer(*HEAVY_FIELDS)[:JOURNAL_NODES_LIMIT]), [])
+        relevant += [node for node in journal if node.pk not in {found.pk for found in relevant}]
     candidates, dropped = resolve_conflicts(
         [*standing, *relevant], now=now, group_by_owner=viewer.whole_tenant
     )

@@ -43,6 +43,7 @@ from django.utils import timezone
 
 from ekko_site.metrics import SEARCH_ARM_SECONDS
 from memory.models import HEAVY_FIELDS, MemoryNode, NodeStatus
+from memory.rules.kinds import JOURNAL_KIND
 from memory.rules.queries import is_list_all_query
 from memory.search.hybrid import (
     NOT_EMBEDDED,
@@ -96,6 +97,8 @@ class MemoryQuery:
     entities: list[str] | None = None
     query_text: str | None = None
     include_expired: bool = False
+    # Journal cards are found only when asked for: by kind, or by the context pack's includeJournal.
+    include_journal: bool = False
     all: bool = False
     limit: int = SEARCH_LIMIT_DEFAULT
 
@@ -153,6 +156,8 @@ def _structured_q(query: MemoryQuery) -> Q:
         condition &= Q(type__in=query.types)
     if query.kinds:
         condition &= Q(kind__in=query.kinds)
+    if not query.include_journal and JOURNAL_KIND not in (query.kinds or ()):
+        condition &= ~Q(kind=JOURNAL_KIND)
     if query.key:
         condition &= key_q(query.key)
     if query.value_json_given:

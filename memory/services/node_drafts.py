@@ -164,8 +164,9 @@ def node_prepare(ctx: WriteContext, draft: dict[str, Any], *,
     except SchemaError as exc:
         raise from_schema_error(exc) from exc
     if journal and scope != Scope.USER:
-        raise Invalid("A journal entry lives in its writer's user scope: write it with scope user (the default) "
-                      "and explicitUserIntent: true.", errors={"node.scope": [f"journal in {scope} scope"]})
+        raise Invalid("A journal entry lives in its writer's user scope: write it with scope user "
+                      "(the default) and explicitUserIntent: true.",
+                      errors={"node.scope": [f"journal in {scope} scope"]})
     workspace = ctx.workspace(draft.get("workspace_id")) if draft.get("workspace_id") or base is None else (
         base.workspace)
     require_workspace_reachable(ctx.viewer, workspace.pk)

@@ -134,7 +134,8 @@ def _supersede(ctx: WriteContext, op: dict[str, Any], index: int) -> WriteResult
     target = _locked_target(ctx, op.get("target_id"), op.get("expected_revision"), index=index)
     node, result = node_prepare(ctx, op.get("node") or {}, base=target)
     if JOURNAL_KIND in (target.kind, node.kind):
-        raise Invalid("A journal card is never superseded: create appends an entry to its date, update edits it.",
+        raise Invalid("A journal card is never superseded: create appends an entry to its date, "
+                      "update edits it.",
                       errors={f"operations[{index}].operation": ["supersede of a journal card"]})
     if (node.scope, node.owner_ref, node.key) != (target.scope, target.owner_ref, target.key):
         occupied = MemoryNode.objects.filter(

@@ -142,6 +142,7 @@ class ContextRequest(Body):
     workspace_id: str | None = None
     user_id: str | None = None
     token_budget: int | None = None
+    include_journal: bool | None = None
 
 
 class SummaryCreate(Body):
