@@ -95,8 +95,7 @@ def test_the_kind_reaches_existing_and_new_tenants(client, tenant_a, alice):  # 
         body = api_for(client, tenant).post(
             "memory/write", write_body(entry("第一次写日记", userId=owner)))
         assert body["results"][0]["action"] == "created"
-        assert body["results"][0]["node"]["kind"] == "journal"
-        assert body["results"][0]["node"]["itemKey"] == today_utc()
+        assert body["results"][0]["key"] == f"journal:{today_utc()}"
 
 
 def test_two_creates_on_one_date_append_to_one_card(api, tenant_a, alice):  # noqa: ANN001
@@ -142,7 +141,7 @@ def test_the_date_follows_the_journal_time_zone(api, tenant_a, alice, settings):
     settings.EKKO_JOURNAL_TIME_ZONE = zone
     body = api.post("memory/write", write_body(entry("跨时区的一天")))
     local = datetime.now(UTC).astimezone(ZoneInfo(zone)).date().isoformat()
-    assert body["results"][0]["node"]["itemKey"] == local != today_utc()
+    assert body["results"][0]["key"] == f"journal:{local}" != f"journal:{today_utc()}"
 
 
 def test_a_journal_create_succeeds_when_the_quota_is_exhausted(api, tenant_a, alice):  # noqa: ANN001
@@ -154,7 +153,7 @@ def test_a_journal_create_succeeds_when_the_quota_is_exhausted(api, tenant_a, al
     with tenant_context(tenant_a):
         assert MemoryNode.objects.filter(ordinary_cards(), tenant=tenant_a).count() == 2
     quota = api.get("memory/quota", {"userId": "alice"})
-    assert [owner["used"] for owner in quota["owners"] if owner["scope"] == "user"] == [2]
+    assert [owner["used"] for owner in quota["scopes"] if owner["scope"] == "user"] == [2]
 
 
 @pytest.mark.parametrize("node, field", [
@@ -193,10 +192,13 @@ def test_a_journal_card_is_never_superseded(api, tenant_a, alice):  # noqa: ANN0
 def test_search_finds_journal_cards_only_when_the_kind_is_named(api, tenant_a, alice):  # noqa: ANN001
     api.post("memory/write", write_body(entry("今天去爬了香山，看了红叶。")))
     query = {"userId": "alice", "queryText": "香山 红叶"}
-    assert api.post("memory/search", query)["results"] == []
-    assert api.post("memory/search", {"userId": "alice", "all": True})["results"] == []
-    found = api.post("memory/search", {**query, "kinds": ["journal"]})["results"]
-    assert [hit["node"]["kind"] for hit in found] == ["journal"]
+
+    def kinds(body: dict) -> list[str]:
+        return [node["kind"] for node in (*body["exact"], *body["relevant"])]
+
+    assert kinds(api.post("memory/search", query)) == []
+    assert kinds(api.post("memory/search", {"userId": "alice", "all": True})) == []
+    assert "journal" in kinds(api.post("memory/search", {**query, "kinds": ["journal"]}))
 
 
 def test_the_context_pack_leaves_the_journal_out_unless_asked(api, tenant_a, alice):  # noqa: ANN001

@@ -10,6 +10,8 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from memory.models import Channel, NodeStatus, NodeType, Role
+from memory.rules.errors import SchemaError
+from memory.rules.kinds import JOURNAL_KIND, resolve_kind
 from memory.rules.text import MAX_TEXT
 from tenants.models import Scope
 
@@ -27,6 +29,13 @@ def _search_modes() -> serializers.ListField:
 
 def _strings(max_length: int = 200, **kwargs) -> serializers.ListField:
     return serializers.ListField(child=serializers.CharField(max_length=max_length), max_length=100, **kwargs)
+
+
+def _is_journal(kind: object) -> bool:
+    try:
+        return isinstance(kind, str) and resolve_kind(kind).name == JOURNAL_KIND
+    except SchemaError:
+        return False
 
 
 class IdOrSlugField(serializers.CharField):
@@ -298,7 +307,9 @@ class WriteOperationSerializer(serializers.Serializer):
     def validate(self, attrs: dict) -> dict:
         if attrs["operation"] == "create":
             node = attrs.get("node") or {}
-            missing = [name for name in ("kind", "title", "content") if not node.get(name)]
+            # A journal entry is its text (valueJson or content); its title defaults to the date.
+            needed = ("kind",) if _is_journal(node.get("kind")) else ("kind", "title", "content")
+            missing = [name for name in needed if not node.get(name)]
             if missing:
                 raise serializers.ValidationError({"node": {m: ["required for create"] for m in missing}})
         elif attrs.get("target_id") is None or attrs.get("expected_revision") is None:
