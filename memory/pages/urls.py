@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from memory.pages.views import api_keys, dashboard, memories, quota, sessions, signin, workspace
+from memory.pages.views import api_keys, dashboard, journal, memories, quota, sessions, signin, workspace
 
 urlpatterns = [
     path("", dashboard.dashboard_view, name="dashboard"),
@@ -21,6 +21,7 @@ urlpatterns = [
     path("workspace/", workspace.workspace_view, name="workspace"),
     path("workspace/export.sqlite", workspace.workspace_export, name="workspace-export"),
     path("workspace/import/", workspace.workspace_import, name="workspace-import"),
+    path("journal/", journal.journal_view, name="journal"),
     path("quota/", quota.quota_view, name="quota"),
     path("keys/", api_keys.api_keys, name="apikey-list"),
     path("keys/<int:key_id>/revoke/", api_keys.api_key_revoke_view, name="apikey-revoke"),
