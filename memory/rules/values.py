@@ -11,7 +11,7 @@ import unicodedata
 from typing import Any
 
 from memory.rules.errors import SchemaError
-from memory.rules.kinds import KindSpec
+from memory.rules.kinds import JOURNAL_KIND, KindSpec
 
 _LIGHT = {"oil": "low", "salt": "low"}
 
@@ -83,8 +83,12 @@ def normalize_value(spec: KindSpec, value: Any) -> Any:
     """Return `value` in canonical form: strings NFKC-normalised and stripped (also inside objects and
     lists); for flavor_profile, phrases such as 少油少辣 / "less oil, less spicy" become
     `{"oil": "low", "spicy": "low"}` and object keys and string levels are lower-cased. A flavour string
-    that cannot be read completely is returned unchanged, so `validate_value` refuses it.
+    that cannot be read completely is returned unchanged, so `validate_value` refuses it. A journal
+    entry is prose, kept as written (only stripped): NFKC would turn Chinese full-width punctuation
+    into ASCII.
     """
+    if spec.name == JOURNAL_KIND:
+        return value.strip() if isinstance(value, str) else value
     value = _normalize_strings(value)
     if spec.name != "flavor_profile":
         return value
