@@ -360,4 +360,6 @@ CELERY_BEAT_SCHEDULE = {
     "embed-missing": {"task": "memory.embed_missing", "schedule": 300.0},
     "sweep-read-audit": {"task": "memory.sweep_read_audit", "schedule": 3600.0},
     "tenant-indexes": {"task": "memory.tenant_indexes", "schedule": float(EKKO_TENANT_INDEX_SWEEP_SECONDS)},
+    # Opens scheduled organizer runs for tenants whose organize_schedule (daily/weekly) is due.
+    "organize-due": {"task": "memory.organize_due", "schedule": 900.0},
 }
