@@ -48,11 +48,11 @@ class Card:
 
     def texts(self) -> list[str]:
         value = self.value if isinstance(self.value, str) else _value_words(self.value)
-        return [self.title, self.content, value, (self.item_key or "").replace("_", " ")]
+        return [self.title, self.content, value]
 
     def sign(self) -> Signature:
         if self.signature is None:
-            self.signature = signature_of(self.kind, self.texts())
+            self.signature = signature_of(self.kind, self.texts(), [(self.item_key or "").replace("_", " ")])
         return self.signature
 
 

@@ -107,7 +107,11 @@ NEGATIVE_CUES_EN = ("not", "no", "never", "don't", "doesn't", "dont", "doesnt", 
                     "without", "stopped", "quit", "refuses", "intolerant", "free")
 NEGATIVE_CUES_ZH = ("不", "没", "别", "忌", "过敏", "讨厌", "避免", "戒", "无", "免")
 # Words that contain a negative character but are not negations.
-_ZH_NOT_NEGATIVE = ("不错", "不过", "不仅", "不断", "无论", "免费", "无障碍")
+_ZH_NOT_NEGATIVE = ("不错", "不过", "不仅", "不断", "不少", "差不多", "特别", "分别", "区别", "别的", "别人",
+                    "无论", "免费", "无障碍")
+
+# Kinds that are avoidances by definition: their cards are negative whatever their wording.
+NEGATIVE_KINDS = frozenset({"food_avoidance", "dietary_restriction"})
 
 _EN_WORD = re.compile(r"[a-z][a-z']*")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
@@ -167,16 +171,20 @@ class Signature:
     numbers: frozenset[str]
 
 
-def signature_of(kind: str, texts: Iterable[str]) -> Signature:
-    """Return the signature of a card of `kind` whose words are `texts` (title, content, value, itemKey)."""
-    folded = _fold(" ".join(t for t in texts if t))
+def signature_of(kind: str, texts: Iterable[str], labels: Iterable[str] = ()) -> Signature:
+    """Return the signature of a card of `kind` whose words are `texts` (title, content, value).
+
+    `labels` (the itemKey) name concepts and people too, but their digits only tell slots apart.
+    """
+    text = _fold(" ".join(t for t in texts if t))
+    folded = f"{text} {_fold(' '.join(label for label in labels if label))}"
     words = frozenset(_EN_WORD.findall(folded))
     return Signature(
         kind=kind,
         concepts=_terms_in(CONCEPTS, folded, words),
         kin=_kin_in(folded, words),
-        negative=_negative(folded, words),
-        numbers=frozenset(_NUMBER.findall(folded)),
+        negative=kind in NEGATIVE_KINDS or _negative(folded, words),
+        numbers=frozenset(_NUMBER.findall(text)),
     )
 
 

@@ -124,6 +124,8 @@ def organize_item_apply(*, viewer: Viewer, action: str, members: Sequence[UUID],
                         proposed: dict[str, Any] | None, revisions: dict[str, int], reason: str) -> UUID | None:
     """Apply one item to its cluster in one savepoint; return the card that holds the result, if any."""
     proposed = proposed or {}
+    members = [UUID(str(member)) for member in members]
+    target_id = UUID(str(target_id)) if target_id else None
     if action == OrganizeAction.KEEP:
         return None
     try:
