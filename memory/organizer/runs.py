@@ -230,10 +230,10 @@ def organize_run(*, tenant_id: int, run_id: str) -> str:
     """Run one queued organizer run to its end (the Celery task); a failure marks it failed, with the error."""
     tenant = Tenant.objects.get(pk=tenant_id)
     with tenant_context(tenant):
-        run = (OrganizeRun.objects.select_for_update(of=("self",)).select_related("tenant", "workspace", "user")
-               .filter(tenant=tenant, pk=_parse(run_id, "run")).first())
+        run = OrganizeRun.objects.select_for_update().filter(tenant=tenant, pk=_parse(run_id, "run")).first()
         if run is None or run.state != OrganizeState.QUEUED:
             return run.state if run else "missing"
+        run.tenant, run.workspace = tenant, Workspace.objects.get(tenant=tenant, pk=run.workspace_id)
         run.state = OrganizeState.RUNNING
         run.save(update_fields=["state"])
     try:
