@@ -93,6 +93,27 @@ def tenant_card_limit_set(*, tenant: Tenant, card_limit: int, changed_by: Abstra
     return tenant
 
 
+def tenant_organize_schedule_set(*, tenant: Tenant, schedule: str, changed_by: AbstractBaseUser,
+                                 via: str = "organizer page") -> Tenant:
+    """Set how often the organizer runs on its own (off, daily, weekly); logged like the card limit."""
+    from django.contrib.admin.models import CHANGE, LogEntry
+
+    from tenants.models import OrganizeSchedule
+
+    if schedule not in OrganizeSchedule.values:
+        raise ValueError(f"schedule must be one of {', '.join(OrganizeSchedule.values)}.")
+    with transaction.atomic():
+        before = Tenant.objects.select_for_update().values_list("organize_schedule", flat=True).get(pk=tenant.pk)
+        tenant.organize_schedule = schedule
+        if before == schedule:
+            return tenant
+        Tenant.objects.filter(pk=tenant.pk).update(organize_schedule=schedule)
+        LogEntry.objects.log_actions(
+            user_id=changed_by.pk, queryset=[tenant], action_flag=CHANGE, single_object=True,
+            change_message=f"Changed organize schedule from {before} to {schedule} ({via}).")
+    return tenant
+
+
 def workspace_create(*, tenant: Tenant, name: str, slug: str = "") -> Workspace:
     """Create a workspace with a slug unique in the tenant (derived from the name when not given)."""
     base = slugify(slug or name)[:50] or "workspace"
