@@ -26,6 +26,8 @@ ACTIONS = {"keep": gettext_lazy("Keep"), "merge_into": gettext_lazy("Merge"), "d
 RISKS = {"low": gettext_lazy("Low"), "medium": gettext_lazy("Medium"), "high": gettext_lazy("High")}
 DECISIONS = {"applied": gettext_lazy("Applied"), "queued": gettext_lazy("Waiting for you"),
              "dismissed": gettext_lazy("Dismissed"), "rejected": gettext_lazy("Rejected")}
+REASONS = {"cross_scope": gettext_lazy("more than one owner"), "low_confidence": gettext_lazy("low confidence"),
+           "values_disagree": gettext_lazy("the values disagree"), "reviewed": gettext_lazy("a person reviewed it")}
 STATES = {"queued": gettext_lazy("Queued"), "running": gettext_lazy("Running"), "done": gettext_lazy("Done"),
           "failed": gettext_lazy("Failed")}
 
@@ -66,7 +68,8 @@ def organizer_run(request: HttpRequest, access: PageAccess, run_id: UUID) -> Htt
     except NotFound:
         return refuse(request, access, status=404)
     items = [{"item": item, "action": ACTIONS.get(item.action, item.action), "risk": RISKS.get(item.risk),
-              "decision": DECISIONS.get(item.decision, item.decision)} for item in run.item_list]
+              "decision": DECISIONS.get(item.decision, item.decision),
+              "reasons": ", ".join(str(REASONS.get(r, r)) for r in item.risk_reasons)} for item in run.item_list]
     context = {"access": access, "run": run, "items": items, "state": STATES.get(run.state, run.state)}
     return render(request, "pages/organizer_run.html", context)
 
