@@ -28,20 +28,72 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import git_revision, lift_card_limit, load_average, machine, setup_django  # noqa: E402
 
-FOODS = [("coffee", "咖啡"), ("tea", "茶"), ("milk", "牛奶"), ("cilantro", "香菜"), ("peanuts", "花生"),
-         ("shellfish", "贝类"), ("shrimp", "虾"), ("beef", "牛肉"), ("pork", "猪肉"), ("garlic", "大蒜"),
-         ("onion", "洋葱"), ("mushrooms", "蘑菇"), ("tofu", "豆腐"), ("durian", "榴莲"), ("chocolate", "巧克力"),
-         ("tomatoes", "番茄"), ("potatoes", "土豆"), ("lamb", "羊肉"), ("eggs", "鸡蛋"), ("fish", "鱼"),
-         ("chicken", "鸡肉"), ("rice", "米饭"), ("noodles", "面条"), ("alcohol", "酒"), ("sugar", "糖")]
+FOODS = [
+    ("coffee", "咖啡"),
+    ("tea", "茶"),
+    ("milk", "牛奶"),
+    ("cilantro", "香菜"),
+    ("peanuts", "花生"),
+    ("shellfish", "贝类"),
+    ("shrimp", "虾"),
+    ("beef", "牛肉"),
+    ("pork", "猪肉"),
+    ("garlic", "大蒜"),
+    ("onion", "洋葱"),
+    ("mushrooms", "蘑菇"),
+    ("tofu", "豆腐"),
+    ("durian", "榴莲"),
+    ("chocolate", "巧克力"),
+    ("tomatoes", "番茄"),
+    ("potatoes", "土豆"),
+    ("lamb", "羊肉"),
+    ("eggs", "鸡蛋"),
+    ("fish", "鱼"),
+    ("chicken", "鸡肉"),
+    ("rice", "米饭"),
+    ("noodles", "面条"),
+    ("alcohol", "酒"),
+    ("sugar", "糖"),
+]
 # Synonym item keys of the same concept (the concept map knows them; the writer's key differs).
-SYNONYM_KEYS = {"cilantro": "coriander", "shrimp": "prawn", "coffee": "espresso", "lamb": "mutton",
-                "tomatoes": "番茄", "potatoes": "马铃薯", "chicken": "鸡肉"}
-KIN = [("maternal uncle", "舅舅"), ("paternal uncle", "叔叔"), ("mother", "妈妈"), ("father", "爸爸"),
-       ("older sister", "姐姐"), ("younger brother", "弟弟"), ("maternal grandmother", "外婆"),
-       ("paternal grandmother", "奶奶"), ("wife", "妻子"), ("daughter", "女儿")]
-STYLES = [("dark mode", "深色模式"), ("concise answers", "简洁的回答"), ("detailed explanations", "详细的解释"),
-          ("tabs", "制表符"), ("python", "Python"), ("rust", "Rust"), ("english", "英文"), ("typescript", "TypeScript")]
-HOBBIES = [("running", "跑步"), ("swimming", "游泳"), ("tea", "茶"), ("coffee", "咖啡"), ("chocolate", "巧克力")]
+SYNONYM_KEYS = {
+    "cilantro": "coriander",
+    "shrimp": "prawn",
+    "coffee": "espresso",
+    "lamb": "mutton",
+    "tomatoes": "番茄",
+    "potatoes": "马铃薯",
+    "chicken": "鸡肉",
+}
+KIN = [
+    ("maternal uncle", "舅舅"),
+    ("paternal uncle", "叔叔"),
+    ("mother", "妈妈"),
+    ("father", "爸爸"),
+    ("older sister", "姐姐"),
+    ("younger brother", "弟弟"),
+    ("maternal grandmother", "外婆"),
+    ("paternal grandmother", "奶奶"),
+    ("wife", "妻子"),
+    ("daughter", "女儿"),
+]
+STYLES = [
+    ("dark mode", "深色模式"),
+    ("concise answers", "简洁的回答"),
+    ("detailed explanations", "详细的解释"),
+    ("tabs", "制表符"),
+    ("python", "Python"),
+    ("rust", "Rust"),
+    ("english", "英文"),
+    ("typescript", "TypeScript"),
+]
+HOBBIES = [
+    ("running", "跑步"),
+    ("swimming", "游泳"),
+    ("tea", "茶"),
+    ("coffee", "咖啡"),
+    ("chocolate", "巧克力"),
+]
 
 TEMPLATES = {
     "dev": {
@@ -56,11 +108,18 @@ TEMPLATES = {
         "want_zh": ["用户偏好{zh}。", "希望使用{zh}。"],
         "nowant_en": ["Does not want {en}.", "Please avoid {en}."],
         "nowant_zh": ["不要用{zh}。", "用户不喜欢{zh}。"],
-        "filler": ["Invoice {n} for {name} is due on day {d}.", "{name} booked room {n} for the offsite.",
-                   "The {name} service listens on port {n}."],
+        "filler": [
+            "Invoice {n} for {name} is due on day {d}.",
+            "{name} booked room {n} for the offsite.",
+            "The {name} service listens on port {n}.",
+        ],
     },
     "held-out": {
-        "avoid_en": ["Never serve {en} to this user.", "Can't stand {en} at all.", "Keep meals free of {en}."],
+        "avoid_en": [
+            "Never serve {en} to this user.",
+            "Can't stand {en} at all.",
+            "Keep meals free of {en}.",
+        ],
         "avoid_zh": ["{zh}一口都不碰。", "别给用户吃{zh}。"],
         "like_en": ["A big fan of {en}.", "Enjoys {en} a lot."],
         "like_zh": ["最爱{zh}了。", "特别喜欢{zh}。"],
@@ -71,12 +130,35 @@ TEMPLATES = {
         "want_zh": ["总是要{zh}。", "最喜欢{zh}。"],
         "nowant_en": ["Never use {en} with this user.", "Hates {en}."],
         "nowant_zh": ["别用{zh}。", "讨厌{zh}。"],
-        "filler": ["{name} asked for report {n} by week {d}.", "Ticket {n} belongs to {name}.",
-                   "Build {n} of {name} failed on step {d}."],
+        "filler": [
+            "{name} asked for report {n} by week {d}.",
+            "Ticket {n} belongs to {name}.",
+            "Build {n} of {name} failed on step {d}.",
+        ],
     },
 }
-NAMES = ["Avery", "Bao", "Chen", "Dmitri", "Elif", "Farah", "Goran", "Hana", "Ines", "Jun", "Kofi", "Lena",
-         "Mateo", "Nia", "Oskar", "Priya", "Quinn", "Ravi", "Sora", "Tariq"]
+NAMES = [
+    "Avery",
+    "Bao",
+    "Chen",
+    "Dmitri",
+    "Elif",
+    "Farah",
+    "Goran",
+    "Hana",
+    "Ines",
+    "Jun",
+    "Kofi",
+    "Lena",
+    "Mateo",
+    "Nia",
+    "Oskar",
+    "Priya",
+    "Quinn",
+    "Ravi",
+    "Sora",
+    "Tariq",
+]
 
 
 def _card(kind: str, item_key: str, text: str, group: str | None) -> dict:
@@ -87,7 +169,7 @@ def _card(kind: str, item_key: str, text: str, group: str | None) -> dict:
 
 
 def generate(split: str, seed: int = 1) -> list[dict]:
-    """Return the split's cards: dicts with kind, item_key, text and the duplicate group (None when unique)."""
+    """Return the split's cards: kind, item_key, text and the duplicate group (None when unique)."""
     rng = random.Random(f"{seed}-{split}")
     t = TEMPLATES[split]
     cards: list[dict] = []
@@ -100,9 +182,11 @@ def generate(split: str, seed: int = 1) -> list[dict]:
         used_keys.add((kind, key))
         cards.append(_card(kind, key, text, group))
 
-    combos = [("food_avoidance", en, zh, "avoid") for en, zh in FOODS] + \
-             [("preferred_ingredient", en, zh, "like") for en, zh in FOODS] + \
-             [("communication_preference", en, zh, pol) for en, zh in STYLES for pol in ("want", "nowant")]
+    combos = (
+        [("food_avoidance", en, zh, "avoid") for en, zh in FOODS]
+        + [("preferred_ingredient", en, zh, "like") for en, zh in FOODS]
+        + [("communication_preference", en, zh, pol) for en, zh in STYLES for pol in ("want", "nowant")]
+    )
     rng.shuffle(combos)
     for index, (kind, en, zh, polarity) in enumerate(combos):
         if rng.random() < 0.15:
@@ -120,7 +204,9 @@ def generate(split: str, seed: int = 1) -> list[dict]:
         group = f"k-{kin_en}-{hob_en}"
         values = {"kin_en": kin_en, "kin_zh": kin_zh, "hob_en": hob_en, "hob_zh": hob_zh}
         if rng.random() < 0.9:
-            add("personal_relationship", f"{kin_en}_{hob_en}", rng.choice(t["kin_en"]).format(**values), group)
+            add(
+                "personal_relationship", f"{kin_en}_{hob_en}", rng.choice(t["kin_en"]).format(**values), group
+            )
             add("personal_relationship", f"{kin_zh}{hob_zh}", rng.choice(t["kin_zh"]).format(**values), group)
         else:
             add("personal_relationship", f"{kin_en}_{hob_en}", rng.choice(t["kin_en"]).format(**values), None)
@@ -149,26 +235,44 @@ def _write(cards: list[dict], split: str):  # noqa: ANN202
     user = get_user_model().objects.get(username="orgbench")
     with tenant_context(setup.tenant):
         workspace = Workspace.objects.get(tenant=setup.tenant, slug=Workspace.DEFAULT_SLUG)
-    viewer = Viewer(tenant=setup.tenant, workspace=workspace, user=user, write_scopes=frozenset({"user"}),
-                    read_only=False, actor="bench:organizer")
+    viewer = Viewer(
+        tenant=setup.tenant,
+        workspace=workspace,
+        user=user,
+        write_scopes=frozenset({"user"}),
+        read_only=False,
+        actor="bench:organizer",
+    )
     writes = []
     for card in cards:
-        node = {"kind": card["kind"], "item_key": card["item_key"], "scope": "user", "title": card["text"][:80],
-                "content": card["text"], "value_json": card.get("value", card["text"]), "value_json_given": True, "confidence": 0.8}
-        writes.append(NodeWrite(viewer=viewer, operations=[{"operation": "create", "node": node,
-                                                            "reason": "organizer bench"}],
-                                explicit_user_intent=True))
+        node = {
+            "kind": card["kind"],
+            "item_key": card["item_key"],
+            "scope": "user",
+            "title": card["text"][:80],
+            "content": card["text"],
+            "value_json": card.get("value", card["text"]),
+            "value_json_given": True,
+            "confidence": 0.8,
+        }
+        writes.append(
+            NodeWrite(
+                viewer=viewer,
+                operations=[{"operation": "create", "node": node, "reason": "organizer bench"}],
+                explicit_user_intent=True,
+            )
+        )
     started = time.perf_counter()
     outcomes = []
     for start in range(0, len(writes), 100):
-        outcomes.extend(node_write_bulk(writes=writes[start:start + 100], skip_invalid=True))
+        outcomes.extend(node_write_bulk(writes=writes[start : start + 100], skip_invalid=True))
     failed = [o.error for o in outcomes if not o.ok]
     if failed:
         raise SystemExit(f"{len(failed)} bench cards were refused, first: {failed[0]}")
     ids = [o.results[0].node.pk for o in outcomes]
     _unreview(setup.tenant, ids)
     for start in range(0, len(ids), 100):
-        nodes_embed(tenant_id=setup.tenant.pk, node_ids=[str(i) for i in ids[start:start + 100]])
+        nodes_embed(tenant_id=setup.tenant.pk, node_ids=[str(i) for i in ids[start : start + 100]])
     return viewer, ids, time.perf_counter() - started
 
 
@@ -182,8 +286,11 @@ def _unreview(tenant, ids) -> None:  # noqa: ANN001
         MemoryNode.objects.filter(tenant=tenant, pk__in=ids).update(review_state="unreviewed", confidence=0.8)
 
 
-def pairwise(groups_true: dict[str, str | None], merged_into: dict[str, str]) -> tuple[float, float, int, int]:
+def pairwise(
+    groups_true: dict[str, str | None], merged_into: dict[str, str]
+) -> tuple[float, float, int, int]:
     """Return (precision, recall, predicted pairs, true pairs) over card pairs."""
+
     def pairs(labels: dict[str, str]) -> set[frozenset[str]]:
         by: dict[str, list[str]] = {}
         for card, label in labels.items():
@@ -225,12 +332,16 @@ def main() -> None:
     merged.update({c: f"solo-{c}" for c in labels if c not in merged})
     precision, recall, predicted, true = pairwise(labels, merged)
     dup_cards = sum(1 for g in labels.values() if g is not None)
-    print(f"split={args.split} seed={args.seed} cards={len(cards)} labelled_duplicates={dup_cards} "
-          f"duplicate_groups={len({g for g in labels.values() if g})}")
+    print(
+        f"split={args.split} seed={args.seed} cards={len(cards)} labelled_duplicates={dup_cards} "
+        f"duplicate_groups={len({g for g in labels.values() if g})}"
+    )
     print(f"merge precision={precision:.3f} recall={recall:.3f} (pairs predicted={predicted} true={true})")
-    print(f"run state={run.state} items={len(items)} applied={sum(i.decision == 'applied' for i in items)} "
-          f"rejected={run.rejections} before={run.cards_before} after={run.cards_after} "
-          f"compression_ratio={run.compression_ratio}")
+    print(
+        f"run state={run.state} items={len(items)} applied={sum(i.decision == 'applied' for i in items)} "
+        f"rejected={run.rejections} before={run.cards_before} after={run.cards_after} "
+        f"compression_ratio={run.compression_ratio}"
+    )
     print(f"organize_run={run_seconds:.2f}s write+embed={write_seconds:.1f}s")
     print(f"machine: {machine()} load: {load_average()} commit: {git_revision()}")
 

@@ -123,7 +123,8 @@ def node_history(*, viewer: Viewer, node_id: str | UUID) -> NodeHistory:
 def _chain_through(nodes: QuerySet[MemoryNode], start: list[MemoryNode]) -> list[MemoryNode]:
     older = supersede_chain_walk(nodes, start, direction="older", limit=1000)
     newer = supersede_chain_walk(nodes, start, direction="newer", limit=1000)
-    return sorted({n.pk: n for n in [*older, *start, *newer]}.values(), key=lambda n: (n.created_at, n.revision))
+    found = {n.pk: n for n in [*older, *start, *newer]}
+    return sorted(found.values(), key=lambda n: (n.created_at, n.revision))
 
 
 def _chain_events(viewer: Viewer, chain: list[MemoryNode]) -> list[MemoryAuditEvent]:

@@ -103,7 +103,8 @@ def tenant_organize_schedule_set(*, tenant: Tenant, schedule: str, changed_by: A
     if schedule not in OrganizeSchedule.values:
         raise ValueError(f"schedule must be one of {', '.join(OrganizeSchedule.values)}.")
     with transaction.atomic():
-        before = Tenant.objects.select_for_update().values_list("organize_schedule", flat=True).get(pk=tenant.pk)
+        locked = Tenant.objects.select_for_update().values_list("organize_schedule", flat=True)
+        before = locked.get(pk=tenant.pk)
         tenant.organize_schedule = schedule
         if before == schedule:
             return tenant

@@ -20,10 +20,20 @@ pytest.importorskip("playwright")
 from playwright.sync_api import expect  # noqa: E402
 
 WORDS = {
-    "zh": {"nav": "整理", "run_now": "立即整理", "apply": "应用", "applied": "已应用", "waiting": "等你决定",
-           },
-    "en": {"nav": "Organizer", "run_now": "Run now", "apply": "Apply", "applied": "Applied",
-           "waiting": "Waiting for you"},
+    "zh": {
+        "nav": "整理",
+        "run_now": "立即整理",
+        "apply": "应用",
+        "applied": "已应用",
+        "waiting": "等你决定",
+    },
+    "en": {
+        "nav": "Organizer",
+        "run_now": "Run now",
+        "apply": "Apply",
+        "applied": "Applied",
+        "waiting": "Waiting for you",
+    },
 }
 
 
@@ -33,14 +43,29 @@ def test_run_now_then_apply_the_queued_merge(browser, live_server, transactional
     data = seed(language)
     viewer = _viewer(data["tenant"], get_user_model().objects.get(username=data["owner"]), "dinner-1")
     for item_key, text in [("咖啡", "用户不喝咖啡。"), ("coffee", "Doesn't drink coffee.")]:
-        _create(viewer, [], kind="food_avoidance", item_key=item_key, scope="user", title=text, content=text,
-                value_json=text, confidence=0.9)
+        _create(
+            viewer,
+            [],
+            kind="food_avoidance",
+            item_key=item_key,
+            scope="user",
+            title=text,
+            content=text,
+            value_json=text,
+            confidence=0.9,
+        )
     drain_background()
     context = browser.new_context(locale=story["locale"], viewport={"width": 1280, "height": 860})
     page = context.new_page()
     try:
-        _sign_in(page, live_server.url, str(data["owner"]), user_label=story["username"],
-                 password_label=story["password"], submit=story["sign_in"])
+        _sign_in(
+            page,
+            live_server.url,
+            str(data["owner"]),
+            user_label=story["username"],
+            password_label=story["password"],
+            submit=story["sign_in"],
+        )
         page.get_by_role("link", name=words["nav"], exact=True).click()
         page.get_by_role("button", name=words["run_now"]).click()
         drain_background()
@@ -51,12 +76,15 @@ def test_run_now_then_apply_the_queued_merge(browser, live_server, transactional
             SCREENSHOTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SCREENSHOTS / f"organizer-{language}.png"), full_page=True)
         before = queued.count()
-        queued.filter(has_text=re.compile("咖啡|coffee", re.I)).first.get_by_role("button", name=words["apply"]).click()
+        queued.filter(has_text=re.compile("咖啡|coffee", re.I)).first.get_by_role(
+            "button", name=words["apply"]
+        ).click()
         expect(page.locator("tr.organizer-item[data-decision=applied]")).to_have_count(1)
         expect(page.locator("tr.organizer-item[data-decision=queued]")).to_have_count(before - 1)
         with tenant_context(data["tenant"]):
-            coffee = MemoryNode.objects.filter(tenant=data["tenant"], status="active", kind="food_avoidance",
-                                               item_key__in=["咖啡", "coffee"])
+            coffee = MemoryNode.objects.filter(
+                tenant=data["tenant"], status="active", kind="food_avoidance", item_key__in=["咖啡", "coffee"]
+            )
             assert coffee.count() == 1
     finally:
         context.close()

@@ -11,6 +11,7 @@ card of another workspace, for keys and for members.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -99,7 +100,8 @@ def office(client, tenant_a):  # noqa: ANN001
         expect=201,
     )
     y_run = agent.post("extract", {"sessionId": "s-y", "workspaceId": y.slug}, expect=202)["taskId"]
-    y_organize = agent.post("memory/organize", {"scope": "workspace", "workspaceId": y.slug}, expect=202)["runId"]
+    y_organize = agent.post("memory/organize", {"scope": "workspace", "workspaceId": y.slug},
+                            expect=202)["runId"]
     ben_organize = agent.post("memory/organize", {"userId": "ben"}, expect=202)["runId"]
     return {
         "tenant": tenant_a,
@@ -324,8 +326,8 @@ def _member_requests(office: dict) -> dict[str, list[tuple[str, str, dict, tuple
             ("GET", f"memory/organize/{office['ben_organize']}", {}, NOT_FOUND),
         ],
         "api-memory-organize-item": [
-            ("POST", f"memory/organize/{run}/items/00000000-0000-0000-0000-000000000000", {"decision": "apply"},
-             NOT_FOUND) for run in (office["y_organize"], office["ben_organize"])
+            ("POST", f"memory/organize/{run}/items/{uuid.UUID(int=0)}", {"decision": "apply"}, NOT_FOUND)
+            for run in (office["y_organize"], office["ben_organize"])
         ],
     }
 

@@ -22,11 +22,32 @@ from tests.loopback import JsonHandler, loopback_server
 NOW = timezone.now()
 
 
-def card(text: str, *, kind: str = "food_avoidance", item: str = "x", reviewed: bool = False,
-         confidence: float = 0.8, owner: str = "user:1", vector=None) -> Card:  # noqa: ANN001
-    return Card(id=f"{kind}:{item}:{text}", kind=kind, key=f"{kind}:{item}", item_key=item, title=text,
-                content=text, value=text, scope="user", owner_ref=owner, confidence=confidence,
-                reviewed=reviewed, revision=1, updated_at=NOW, vector=vector)
+def card(
+    text: str,
+    *,
+    kind: str = "food_avoidance",
+    item: str = "x",
+    reviewed: bool = False,
+    confidence: float = 0.8,
+    owner: str = "user:1",
+    vector=None,
+) -> Card:  # noqa: ANN001
+    return Card(
+        id=f"{kind}:{item}:{text}",
+        kind=kind,
+        key=f"{kind}:{item}",
+        item_key=item,
+        title=text,
+        content=text,
+        value=text,
+        scope="user",
+        owner_ref=owner,
+        confidence=confidence,
+        reviewed=reviewed,
+        revision=1,
+        updated_at=NOW,
+        vector=vector,
+    )
 
 
 # --------------------------------------------------------------------------- pure rules
@@ -36,14 +57,21 @@ def test_a_translation_is_one_memory_and_look_alikes_are_not():
     coffee_zh = signature_of("food_avoidance", ["不喝咖啡"])
     coffee_en = signature_of("food_avoidance", ["Doesn't drink coffee."])
     assert lookalike_reason(coffee_zh, coffee_en) is None and coffee_zh.concepts == {"coffee"}
-    uncles = signature_of("personal_relationship", ["舅舅喜欢钓鱼"]), signature_of("personal_relationship",
-                                                                              ["叔叔喜欢钓鱼"])
+    uncles = (
+        signature_of("personal_relationship", ["舅舅喜欢钓鱼"]),
+        signature_of("personal_relationship", ["叔叔喜欢钓鱼"]),
+    )
     assert lookalike_reason(*uncles) == "kinship"
     allergy = signature_of("preferred_ingredient", ["Allergic to shellfish"])
     shrimp = signature_of("preferred_ingredient", ["Loves shrimp"])
     assert lookalike_reason(allergy, shrimp) == "polarity"
-    assert lookalike_reason(signature_of("skill", ["likes tea"]), signature_of("skill", ["likes coffee"])) == "concept"
-    assert lookalike_reason(signature_of("skill", ["room 12"]), signature_of("skill", ["room 13"])) == "number"
+    assert (
+        lookalike_reason(signature_of("skill", ["likes tea"]), signature_of("skill", ["likes coffee"]))
+        == "concept"
+    )
+    assert (
+        lookalike_reason(signature_of("skill", ["room 12"]), signature_of("skill", ["room 13"])) == "number"
+    )
     assert lookalike_reason(signature_of("skill", ["x"]), signature_of("decision", ["x"])) == "kind"
     # 特别 holds 别 but is no negation.
     assert not signature_of("preferred_ingredient", ["特别喜欢大蒜"]).negative
@@ -58,45 +86,81 @@ def test_clusters_join_translations_and_synonym_keys_but_never_chain_look_alikes
     assert [sorted(x.id for x in cl) for cl in clusters] == [sorted([a.id, b.id, c.id])]
     # Close vectors alone do not merge cards a guard keeps apart.
     same = [1.0, 0.0]
-    assert cluster_cards([card("Likes tea", kind="skill", item="t", vector=same),
-                          card("Likes coffee", kind="skill", item="c", vector=same)]) == []
-    assert len(cluster_cards([card("Plays the oboe", kind="skill", item="o", vector=same),
-                              card("吹双簧管", kind="skill", item="o2", vector=same)])) == 1
+    assert (
+        cluster_cards(
+            [
+                card("Likes tea", kind="skill", item="t", vector=same),
+                card("Likes coffee", kind="skill", item="c", vector=same),
+            ]
+        )
+        == []
+    )
+    assert (
+        len(
+            cluster_cards(
+                [
+                    card("Plays the oboe", kind="skill", item="o", vector=same),
+                    card("吹双簧管", kind="skill", item="o2", vector=same),
+                ]
+            )
+        )
+        == 1
+    )
 
 
 def test_each_risk_rule():
     low = [card("不吃香菜"), card("Avoids cilantro")]
     assert risk_of(low, confidence=0.9).level == "low"
-    assert risk_of([card("不吃香菜"), card("Avoids cilantro", owner="user:2")], confidence=0.9).reasons[0] == \
-        "cross_scope"
+    assert (
+        risk_of([card("不吃香菜"), card("Avoids cilantro", owner="user:2")], confidence=0.9).reasons[0]
+        == "cross_scope"
+    )
     assert risk_of(low, confidence=0.4).level == "high"
-    assert risk_of([card("不吃香菜", confidence=0.3), card("Avoids cilantro")], confidence=0.9).level == "high"
+    assert (
+        risk_of([card("不吃香菜", confidence=0.3), card("Avoids cilantro")], confidence=0.9).level == "high"
+    )
     reviewed = risk_of([card("不吃香菜", reviewed=True), card("Avoids cilantro")], confidence=0.9)
     assert (reviewed.level, reviewed.reasons) == ("medium", ("reviewed",))
     disagree = risk_of([card("Avoids cilantro"), card("Avoids garlic")], confidence=0.9)
     assert (disagree.level, disagree.reasons) == ("high", ("values_disagree",))
 
 
-@pytest.mark.parametrize(("trigger", "mode", "risk", "expected"), [
-    ("scheduled", "review", "low", "applied"), ("scheduled", "review", "medium", "queued"),
-    ("scheduled", "auto_low", "high", "queued"), ("scheduled", "auto_low", "low", "applied"),
-    ("manual", "review", "low", "queued"), ("manual", "review", "medium", "queued"),
-    ("manual", "review", "high", "queued"), ("manual", "auto_low", "low", "applied"),
-    ("manual", "auto_low", "medium", "queued"), ("manual", "auto_low", "high", "queued"),
-])
+@pytest.mark.parametrize(
+    ("trigger", "mode", "risk", "expected"),
+    [
+        ("scheduled", "review", "low", "applied"),
+        ("scheduled", "review", "medium", "queued"),
+        ("scheduled", "auto_low", "high", "queued"),
+        ("scheduled", "auto_low", "low", "applied"),
+        ("manual", "review", "low", "queued"),
+        ("manual", "review", "medium", "queued"),
+        ("manual", "review", "high", "queued"),
+        ("manual", "auto_low", "low", "applied"),
+        ("manual", "auto_low", "medium", "queued"),
+        ("manual", "auto_low", "high", "queued"),
+    ],
+)
 def test_the_decision_matrix(trigger, mode, risk, expected):  # noqa: ANN001
     assert decide(trigger=trigger, mode=mode, risk=risk) == expected
 
 
 def test_a_model_answer_is_validated():
     cluster = [card("不吃香菜", item="a"), card("Avoids cilantro", item="b")]
-    ok = plan_from_answer(cluster, {"action": "merge_into", "target": cluster[0].id, "confidence": 0.8},
-                          planner="llm:x")
-    assert (ok.action, ok.target_id, sorted(ok.members)) == ("merge_into", cluster[0].id,
-                                                             sorted(c.id for c in cluster))
-    for bad, code in [({"action": "explode"}, "model_bad_action"), ({"action": "merge_into"}, "model_bad_target"),
-                      ({"action": "delete", "members": ["elsewhere"]}, "model_bad_members"),
-                      ({"action": "keep", "confidence": 7}, "model_bad_confidence"), ([], "model_bad_answer")]:
+    ok = plan_from_answer(
+        cluster, {"action": "merge_into", "target": cluster[0].id, "confidence": 0.8}, planner="llm:x"
+    )
+    assert (ok.action, ok.target_id, sorted(ok.members)) == (
+        "merge_into",
+        cluster[0].id,
+        sorted(c.id for c in cluster),
+    )
+    for bad, code in [
+        ({"action": "explode"}, "model_bad_action"),
+        ({"action": "merge_into"}, "model_bad_target"),
+        ({"action": "delete", "members": ["elsewhere"]}, "model_bad_members"),
+        ({"action": "keep", "confidence": 7}, "model_bad_confidence"),
+        ([], "model_bad_answer"),
+    ]:
         with pytest.raises(PlanFailure) as caught:
             plan_from_answer(cluster, bad, planner="llm:x")
         assert caught.value.code == code
@@ -105,15 +169,36 @@ def test_a_model_answer_is_validated():
 # --------------------------------------------------------------------------- runs against the database
 
 
-def _seed(api, cards: list[tuple[str, str]], *, user: str = "alice", kind: str = "food_avoidance") -> list[str]:  # noqa: ANN001
+def _seed(
+    api, cards: list[tuple[str, str]], *, user: str = "alice", kind: str = "food_avoidance"
+) -> list[str]:  # noqa: ANN001
     messages = [{"id": f"m-{i}", "role": "user", "content": text} for i, (_key, text) in enumerate(cards)]
     api.post("messages", {"sessionId": "s", "userId": user, "messages": messages}, expect=201)
     ids = []
     for i, (key, text) in enumerate(cards):
-        written = api.post("memory/write", {"operations": [{"operation": "create", "reason": "r", "node": {
-            "kind": kind, "itemKey": key, "userId": user, "valueJson": text, "title": text, "content": text,
-            "confidence": 0.9, "sourceQuote": text}}], "explicitUserIntent": True,
-            "sourceMessageIds": [f"m-{i}"]})
+        written = api.post(
+            "memory/write",
+            {
+                "operations": [
+                    {
+                        "operation": "create",
+                        "reason": "r",
+                        "node": {
+                            "kind": kind,
+                            "itemKey": key,
+                            "userId": user,
+                            "valueJson": text,
+                            "title": text,
+                            "content": text,
+                            "confidence": 0.9,
+                            "sourceQuote": text,
+                        },
+                    }
+                ],
+                "explicitUserIntent": True,
+                "sourceMessageIds": [f"m-{i}"],
+            },
+        )
         ids.append(written["results"][0]["nodeId"])
     return ids
 
@@ -137,16 +222,29 @@ def test_a_manual_run_in_review_mode_queues_and_a_person_applies(client, tenant_
     ids = _seed(api, PAIR)
     _unreview(tenant_a, ids)
     run = _organize(api, committed)
-    assert (run["state"], run["phase"], run["before"], run["after"], run["compressionRatio"]) == \
-        ("done", "done", 3, 3, 1.0)
+    assert (run["state"], run["phase"], run["before"], run["after"], run["compressionRatio"]) == (
+        "done",
+        "done",
+        3,
+        3,
+        1.0,
+    )
     [item] = run["items"]
-    assert (item["action"], item["risk"], item["decision"], sorted(item["members"])) == \
-        ("merge_into", "low", "queued", sorted(ids[:2]))
+    assert (item["action"], item["risk"], item["decision"], sorted(item["members"])) == (
+        "merge_into",
+        "low",
+        "queued",
+        sorted(ids[:2]),
+    )
     assert run["headroomAtStart"] == 500 - 3 and run["planner"] == "rules" and run["tokensUsed"] == 0
     applied = api.post(f"memory/organize/{run['runId']}/items/{item['id']}", {"decision": "apply"})
     assert applied["decision"] == "applied" and applied["resultNodeId"]
-    api.post(f"memory/organize/{run['runId']}/items/{item['id']}", {"decision": "dismiss"}, expect=409,
-             code="conflict")
+    api.post(
+        f"memory/organize/{run['runId']}/items/{item['id']}",
+        {"decision": "dismiss"},
+        expect=409,
+        code="conflict",
+    )
     api.post(f"memory/organize/{run['runId']}/items/{item['id']}", {"decision": "maybe"}, expect=400)
     api.post(f"memory/organize/{run['runId']}/items/not-an-id", {"decision": "apply"}, expect=404)
     api.get("memory/organize/00000000-0000-0000-0000-000000000000", expect=404)
@@ -162,8 +260,12 @@ def test_a_manual_run_in_review_mode_queues_and_a_person_applies(client, tenant_
     source_history = api.get(f"memory/nodes/{ids[1]}/history")
     assert applied["resultNodeId"] in {n["id"] for n in source_history["chain"]}
     with tenant_context(tenant_a):
-        assert set(MemoryNode.objects.filter(pk__in=ids[:2]).values_list("status", flat=True)) == {"superseded"}
-        linked = MemoryAuditEvent.objects.filter(node_id__in=ids[:2], payload__mergedInto=applied["resultNodeId"])
+        assert set(MemoryNode.objects.filter(pk__in=ids[:2]).values_list("status", flat=True)) == {
+            "superseded"
+        }
+        linked = MemoryAuditEvent.objects.filter(
+            node_id__in=ids[:2], payload__mergedInto=applied["resultNodeId"]
+        )
         assert linked.count() == 1
 
 
@@ -199,7 +301,12 @@ def test_a_failing_cluster_rolls_back_alone(client, tenant_a, committed, monkeyp
     assert decisions == ["applied", "rejected"] and run["rejections"] == {"revision_conflict": 1}
     with tenant_context(tenant_a):
         statuses = dict(MemoryNode.objects.filter(pk__in=ids).values_list("pk", "status"))
-    assert [statuses[MemoryNode._meta.pk.to_python(i)] for i in ids] == ["superseded", "superseded", "active", "active"]
+    assert [statuses[MemoryNode._meta.pk.to_python(i)] for i in ids] == [
+        "superseded",
+        "superseded",
+        "active",
+        "active",
+    ]
 
 
 class FakePlanner(JsonHandler):
@@ -208,21 +315,37 @@ class FakePlanner(JsonHandler):
         cards = json.loads(body["messages"][1]["content"])["cards"]
         type(self).requests.append(body)
         mode = self.path.split("/")[1]
-        answer = {"action": "merge_into", "target": cards[-1]["id"], "title": "Avoids cilantro (香菜)",
-                  "content": "Avoids cilantro / 不吃香菜", "confidence": 0.9, "reason": "same"}
+        answer = {
+            "action": "merge_into",
+            "target": cards[-1]["id"],
+            "title": "Avoids cilantro (香菜)",
+            "content": "Avoids cilantro / 不吃香菜",
+            "confidence": 0.9,
+            "reason": "same",
+        }
         text = "not json at all" if mode == "garbage" else json.dumps(answer, ensure_ascii=False)
-        self.reply(200, {"choices": [{"message": {"role": "assistant", "content": text}}],
-                         "usage": {"total_tokens": 321}})
+        self.reply(
+            200,
+            {
+                "choices": [{"message": {"role": "assistant", "content": text}}],
+                "usage": {"total_tokens": 321},
+            },
+        )
 
 
 @pytest.mark.parametrize("mode", ["ok", "garbage"])
-def test_the_model_plans_and_a_bad_answer_falls_back_to_the_rules(client, tenant_a, committed, settings,
-                                                                  monkeypatch, mode):  # noqa: ANN001
+def test_the_model_plans_and_a_bad_answer_falls_back_to_the_rules(
+    client, tenant_a, committed, settings, monkeypatch, mode
+):  # noqa: ANN001
     api = api_for(client, tenant_a)
     ids = _seed(api, PAIR)
     _unreview(tenant_a, ids)
     with loopback_server(FakePlanner, monkeypatch) as url:
-        settings.EKKO_LLM_BASE_URL, settings.EKKO_LLM_MODEL, settings.EKKO_LLM_TIMEOUT = f"{url}/{mode}/v1", "m", 5
+        settings.EKKO_LLM_BASE_URL, settings.EKKO_LLM_MODEL, settings.EKKO_LLM_TIMEOUT = (
+            f"{url}/{mode}/v1",
+            "m",
+            5,
+        )
         run = _organize(api, committed, applyMode="auto_low")
     [item] = run["items"]
     assert run["tokensUsed"] == 321 and item["decision"] == "applied"
@@ -268,11 +391,18 @@ def test_a_hard_forget_erases_the_merge_sources_and_the_items_copies(client, ten
     run = _organize(api, committed, applyMode="auto_low")
     [item] = run["items"]
     merged = api.get(f"memory/nodes/{item['resultNodeId']}")
-    forgot = api.post("memory/forget", {"id": merged["id"], "expectedRevision": merged["revision"], "reason": "r",
-                                        "explicitUserIntent": True, "mode": "hard"})
+    forgot = api.post(
+        "memory/forget",
+        {
+            "id": merged["id"],
+            "expectedRevision": merged["revision"],
+            "reason": "r",
+            "explicitUserIntent": True,
+            "mode": "hard",
+        },
+    )
     assert forgot["receipt"]["removed"]["memory_organizeitem"] == 1
     with tenant_context(tenant_a):
         assert not MemoryNode.objects.filter(pk__in=[*ids[:2], merged["id"]]).exists()
         assert MemoryNode.objects.filter(pk=ids[2]).exists()
         assert OrganizeItem.objects.get(pk=item["id"]).proposed is None
-

@@ -28,21 +28,35 @@ from memory.models import (
 from memory.organizer.runs import organize_get, organize_item_decide, organize_request
 from memory.presenters import iso
 
-MATRIX = ("Each item's risk is recomputed by the gate (cross-scope, confidence under 0.5, or values that "
-          "disagree → high; a reviewed card → at least medium; else low). `mode: scheduled` applies low-risk "
-          "items and queues the rest; `mode: manual` (the default) queues every item for a person unless "
-          "`applyMode` is `auto_low`, which applies the low-risk ones too.")
+MATRIX = (
+    "Each item's risk is recomputed by the gate (cross-scope, confidence under 0.5, or values that "
+    "disagree → high; a reviewed card → at least medium; else low). `mode: scheduled` applies low-risk "
+    "items and queues the rest; `mode: manual` (the default) queues every item for a person unless "
+    "`applyMode` is `auto_low`, which applies the low-risk ones too."
+)
 
 
 class OrganizeRequestSerializer(serializers.Serializer):
     scope = serializers.ChoiceField(choices=["user", "workspace"], default="user")
-    userId = serializers.CharField(max_length=150, required=False, allow_null=True, source="user_id",
-                                   help_text="Whose user scope (username); a person's own by default.")
+    userId = serializers.CharField(
+        max_length=150,
+        required=False,
+        allow_null=True,
+        source="user_id",
+        help_text="Whose user scope (username); a person's own by default.",
+    )
     workspaceId = IdOrSlugField(required=False, allow_null=True, source="workspace_id")
-    mode = serializers.ChoiceField(choices=OrganizeTrigger.values, default=OrganizeTrigger.MANUAL,
-                                   help_text="The trigger whose gate rules apply.")
-    applyMode = serializers.ChoiceField(choices=OrganizeMode.values, default=OrganizeMode.REVIEW,
-                                        source="apply_mode", help_text="For manual runs: review or auto_low.")
+    mode = serializers.ChoiceField(
+        choices=OrganizeTrigger.values,
+        default=OrganizeTrigger.MANUAL,
+        help_text="The trigger whose gate rules apply.",
+    )
+    applyMode = serializers.ChoiceField(
+        choices=OrganizeMode.values,
+        default=OrganizeMode.REVIEW,
+        source="apply_mode",
+        help_text="For manual runs: review or auto_low.",
+    )
 
 
 class OrganizeQueuedSerializer(serializers.Serializer):
@@ -54,7 +68,9 @@ class OrganizeItemSerializer(serializers.Serializer):
     action = serializers.ChoiceField(choices=OrganizeAction.values)
     members = serializers.ListField(child=serializers.UUIDField())
     targetId = serializers.UUIDField(allow_null=True)
-    proposed = serializers.DictField(allow_null=True, help_text="The merged or rewritten title, content, value.")
+    proposed = serializers.DictField(
+        allow_null=True, help_text="The merged or rewritten title, content, value."
+    )
     planner = serializers.CharField(help_text="rules or llm:<model>")
     confidence = serializers.FloatField()
     risk = serializers.ChoiceField(choices=OrganizeRisk.values)
@@ -92,53 +108,90 @@ class OrganizeDecisionSerializer(serializers.Serializer):
 
 
 def item_to_api(item: OrganizeItem) -> dict[str, Any]:
-    return {"id": str(item.pk), "action": item.action, "members": [str(m) for m in item.members],
-            "targetId": str(item.target_id) if item.target_id else None, "proposed": item.proposed,
-            "planner": item.planner, "confidence": item.confidence, "risk": item.risk,
-            "riskReasons": list(item.risk_reasons), "decision": item.decision, "reason": item.reason,
-            "resultNodeId": str(item.result_node_id) if item.result_node_id else None,
-            "decidedAt": iso(item.decided_at)}
+    return {
+        "id": str(item.pk),
+        "action": item.action,
+        "members": [str(m) for m in item.members],
+        "targetId": str(item.target_id) if item.target_id else None,
+        "proposed": item.proposed,
+        "planner": item.planner,
+        "confidence": item.confidence,
+        "risk": item.risk,
+        "riskReasons": list(item.risk_reasons),
+        "decision": item.decision,
+        "reason": item.reason,
+        "resultNodeId": str(item.result_node_id) if item.result_node_id else None,
+        "decidedAt": iso(item.decided_at),
+    }
 
 
 def run_to_api(run: OrganizeRun) -> dict[str, Any]:
-    return {"runId": str(run.pk), "state": run.state, "phase": run.phase, "scope": run.scope,
-            "owner": run.owner_ref, "trigger": run.trigger, "mode": run.mode, "before": run.cards_before,
-            "after": run.cards_after, "compressionRatio": run.compression_ratio, "tokensUsed": run.tokens_used,
-            "headroomAtStart": run.headroom_at_start, "planner": run.planner, "rejections": run.rejections,
-            "error": run.error, "requestedBy": run.requested_by, "createdAt": iso(run.created_at),
-            "finishedAt": iso(run.finished_at), "items": [item_to_api(i) for i in getattr(run, "item_list", [])]}
+    return {
+        "runId": str(run.pk),
+        "state": run.state,
+        "phase": run.phase,
+        "scope": run.scope,
+        "owner": run.owner_ref,
+        "trigger": run.trigger,
+        "mode": run.mode,
+        "before": run.cards_before,
+        "after": run.cards_after,
+        "compressionRatio": run.compression_ratio,
+        "tokensUsed": run.tokens_used,
+        "headroomAtStart": run.headroom_at_start,
+        "planner": run.planner,
+        "rejections": run.rejections,
+        "error": run.error,
+        "requestedBy": run.requested_by,
+        "createdAt": iso(run.created_at),
+        "finishedAt": iso(run.finished_at),
+        "items": [item_to_api(i) for i in getattr(run, "item_list", [])],
+    }
 
 
 class OrganizeApi(MemoryApiView):
-    @extend_schema(operation_id="memory_organize", request=OrganizeRequestSerializer,
-                   description="Queue an organizer run over one user or workspace scope (the caller's write "
-                               "scopes and workspace pin, as memory/write). " + MATRIX + " " + REACH,
-                   responses={202: OrganizeQueuedSerializer, **ERRORS})
+    @extend_schema(
+        operation_id="memory_organize",
+        request=OrganizeRequestSerializer,
+        description="Queue an organizer run over one user or workspace scope (the caller's write "
+        "scopes and workspace pin, as memory/write). " + MATRIX + " " + REACH,
+        responses={202: OrganizeQueuedSerializer, **ERRORS},
+    )
     def post(self, request: Request) -> Response:
         data = _parse(OrganizeRequestSerializer, request.data)
         if self.principal.read_only:
             raise Forbidden("This caller is read-only; the organizer changes memories.")
         viewer = self.viewer(workspace_ref=data.get("workspace_id"), user_ref=data.get("user_id"))
-        run = organize_request(viewer=viewer, scope=data["scope"], trigger=data["mode"], mode=data["apply_mode"])
+        run = organize_request(
+            viewer=viewer, scope=data["scope"], trigger=data["mode"], mode=data["apply_mode"]
+        )
         return Response({"runId": str(run.pk)}, status=202)
 
 
 class OrganizeStatusApi(MemoryApiView):
-    @extend_schema(operation_id="memory_organize_status", responses={200: OrganizeRunSerializer, **ERRORS},
-                   description="A run's state, phase, counts and items. Another tenant's, workspace's or "
-                               "person's run answers 404, like an unknown id.")
+    @extend_schema(
+        operation_id="memory_organize_status",
+        responses={200: OrganizeRunSerializer, **ERRORS},
+        description="A run's state, phase, counts and items. Another tenant's, workspace's or "
+        "person's run answers 404, like an unknown id.",
+    )
     def get(self, request: Request, run_id: str) -> Response:
         return Response(run_to_api(organize_get(viewer=self.viewer(), run_id=run_id)))
 
 
 class OrganizeItemApi(MemoryApiView):
-    @extend_schema(operation_id="memory_organize_item", request=OrganizeDecisionSerializer,
-                   responses={200: OrganizeItemSerializer, **ERRORS},
-                   description="Apply or dismiss a queued item (its cluster changes all or nothing); an item "
-                               "already decided answers 409 `conflict`.")
+    @extend_schema(
+        operation_id="memory_organize_item",
+        request=OrganizeDecisionSerializer,
+        responses={200: OrganizeItemSerializer, **ERRORS},
+        description="Apply or dismiss a queued item (its cluster changes all or nothing); an item "
+        "already decided answers 409 `conflict`.",
+    )
     def post(self, request: Request, run_id: str, item_id: str) -> Response:
         data = _parse(OrganizeDecisionSerializer, request.data)
         if self.principal.read_only:
             raise Forbidden("This caller is read-only; the organizer changes memories.")
-        item = organize_item_decide(viewer=self.viewer(), run_id=run_id, item_id=item_id, decision=data["decision"])
+        item = organize_item_decide(
+            viewer=self.viewer(), run_id=run_id, item_id=item_id, decision=data["decision"]
+        )
         return Response(item_to_api(item))

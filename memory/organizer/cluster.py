@@ -89,7 +89,7 @@ def _candidate_pairs(cards: Sequence[Card]) -> list[tuple[float, int, int]]:
     pairs: dict[tuple[int, int], float] = {}
     for members in by_concepts.values():
         for a_pos, i in enumerate(members):
-            for j in members[a_pos + 1:]:
+            for j in members[a_pos + 1 :]:
                 score = float(sims[i, j]) if sims is not None else 0.0
                 no_vectors = cards[i].vector is None or cards[j].vector is None
                 if no_vectors or score >= VECTOR_WITH_CONCEPTS:
@@ -112,8 +112,11 @@ def cluster_cards(cards: Sequence[Card]) -> list[list[Card]]:
             continue
         if any(lookalike_reason(cards[a].sign(), cards[b].sign()) for a in groups[gi] for b in groups[gj]):
             continue
-        if any(cards[a].scope != cards[b].scope or cards[a].owner_ref != cards[b].owner_ref
-               for a in groups[gi] for b in groups[gj]):
+        if any(
+            cards[a].scope != cards[b].scope or cards[a].owner_ref != cards[b].owner_ref
+            for a in groups[gi]
+            for b in groups[gj]
+        ):
             continue
         for member in groups[gj]:
             group_of[member] = gi

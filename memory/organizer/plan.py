@@ -47,9 +47,15 @@ def _proposed(card: Card) -> dict[str, Any]:
 
 def plan_by_rules(cluster: Sequence[Card]) -> PlannedItem:
     target = cluster[0]
-    return PlannedItem(action="merge_into", members=[card.id for card in cluster], target_id=target.id,
-                       proposed=_proposed(target), planner="rules", confidence=0.9,
-                       reason=f"{len(cluster)} cards hold one memory; kept the best one's wording.")
+    return PlannedItem(
+        action="merge_into",
+        members=[card.id for card in cluster],
+        target_id=target.id,
+        proposed=_proposed(target),
+        planner="rules",
+        confidence=0.9,
+        reason=f"{len(cluster)} cards hold one memory; kept the best one's wording.",
+    )
 
 
 PROMPT = """You organise an AI agent's long-term memory cards. The cards below were clustered as possible
@@ -64,8 +70,15 @@ a person should look. rewrite: one card's wording needs fixing. Never merge oppo
 
 
 def _card_json(card: Card) -> dict[str, Any]:
-    return {"id": card.id, "kind": card.kind, "title": card.title, "content": card.content[:500],
-            "value": card.value, "confidence": card.confidence, "reviewed": card.reviewed}
+    return {
+        "id": card.id,
+        "kind": card.kind,
+        "title": card.title,
+        "content": card.content[:500],
+        "value": card.value,
+        "confidence": card.confidence,
+        "reviewed": card.reviewed,
+    }
 
 
 def plan_from_answer(cluster: Sequence[Card], answer: Any, *, planner: str) -> PlannedItem:
@@ -94,16 +107,28 @@ def plan_from_answer(cluster: Sequence[Card], answer: Any, *, planner: str) -> P
             raise PlanFailure("model_bad_text", "title and content must be short strings.")
         proposed = {"title": title[:500], "content": content, "value": card.value}
     reason = answer.get("reason") if isinstance(answer.get("reason"), str) else ""
-    return PlannedItem(action=action, members=members, target_id=target if proposed else None,
-                       proposed=proposed, planner=planner, confidence=float(confidence), reason=reason[:500])
+    return PlannedItem(
+        action=action,
+        members=members,
+        target_id=target if proposed else None,
+        proposed=proposed,
+        planner=planner,
+        confidence=float(confidence),
+        reason=reason[:500],
+    )
 
 
-def plan_by_model(cluster: Sequence[Card], client: Any, *, compression_target: str = "") -> tuple[PlannedItem, int]:
+def plan_by_model(
+    cluster: Sequence[Card], client: Any, *, compression_target: str = ""
+) -> tuple[PlannedItem, int]:
     """Return the model's validated plan for `cluster` (or the rules' with `fallback`) and the tokens used."""
     from memory.pipeline.chat_model import LLMError
 
-    user = json.dumps({"cards": [_card_json(card) for card in cluster], "compressionTarget": compression_target},
-                      ensure_ascii=False, default=str)
+    user = json.dumps(
+        {"cards": [_card_json(card) for card in cluster], "compressionTarget": compression_target},
+        ensure_ascii=False,
+        default=str,
+    )
     try:
         answer = client.complete_json(system=PROMPT, user=user)
         return plan_from_answer(cluster, answer, planner=f"llm:{client.model}"), client.last_tokens

@@ -49,8 +49,14 @@ from memory.visibility import Viewer, owner_ref
 from tenants.context import all_tenants_context, tenant_context
 from tenants.models import OrganizeSchedule, Scope, Tenant, Workspace
 
-__all__ = ["organize_due", "organize_get", "organize_item_decide", "organize_request", "organize_run",
-           "organize_runs_list"]
+__all__ = [
+    "organize_due",
+    "organize_get",
+    "organize_item_decide",
+    "organize_request",
+    "organize_run",
+    "organize_runs_list",
+]
 
 logger = logging.getLogger("memory.organizer.runs")
 ORGANIZED_SCOPES = (Scope.USER, Scope.WORKSPACE)
@@ -69,24 +75,42 @@ def _enqueue(tenant_id: int, run_id: UUID) -> None:
     transaction.on_commit(send)
 
 
-def organize_request(*, viewer: Viewer, scope: str = Scope.USER, trigger: str = OrganizeTrigger.MANUAL,
-                     mode: str = OrganizeMode.REVIEW) -> OrganizeRun:
+def organize_request(
+    *,
+    viewer: Viewer,
+    scope: str = Scope.USER,
+    trigger: str = OrganizeTrigger.MANUAL,
+    mode: str = OrganizeMode.REVIEW,
+) -> OrganizeRun:
     """Open a queued run over the viewer's user scope or workspace scope, under memory/write's rules."""
     if scope not in ORGANIZED_SCOPES:
-        raise Invalid("The organizer works on a user or workspace scope.", errors={"scope": ["user or workspace"]})
+        raise Invalid(
+            "The organizer works on a user or workspace scope.", errors={"scope": ["user or workspace"]}
+        )
     require_writer(viewer)
     require_write_scope(viewer, scope, field="scope")
     if scope == Scope.USER:
         if viewer.user is None:
-            raise Invalid("Name the member whose user scope to organize (userId).", errors={"userId": ["required"]})
+            raise Invalid(
+                "Name the member whose user scope to organize (userId).", errors={"userId": ["required"]}
+            )
         require_acting_for(viewer, viewer.user.pk)
     user = viewer.user if scope == Scope.USER else None
-    ref = owner_ref(scope=scope, workspace_id=viewer.workspace.pk, session_id=None,
-                    user_id=user.pk if user else None)
+    ref = owner_ref(
+        scope=scope, workspace_id=viewer.workspace.pk, session_id=None, user_id=user.pk if user else None
+    )
     with tenant_context(viewer.tenant):
         run = OrganizeRun.objects.create(
-            tenant=viewer.tenant, workspace=viewer.workspace, user=user, scope=scope, owner_ref=ref,
-            trigger=trigger, mode=mode, requested_by=viewer.actor, created_at=timezone.now())
+            tenant=viewer.tenant,
+            workspace=viewer.workspace,
+            user=user,
+            scope=scope,
+            owner_ref=ref,
+            trigger=trigger,
+            mode=mode,
+            requested_by=viewer.actor,
+            created_at=timezone.now(),
+        )
         _enqueue(viewer.tenant.pk, run.pk)
     return run
 
@@ -116,7 +140,9 @@ def organize_get(*, viewer: Viewer, run_id: Any) -> OrganizeRun:
         run = OrganizeRun.objects.filter(tenant=viewer.tenant, pk=pk).first()
         if run is None or not _may_see(viewer, run):
             raise NotFound("No organizer run with this id.")
-        run.item_list = list(OrganizeItem.objects.filter(tenant=viewer.tenant, run=run).order_by("created_at", "id"))
+        run.item_list = list(
+            OrganizeItem.objects.filter(tenant=viewer.tenant, run=run).order_by("created_at", "id")
+        )
     return run
 
 
@@ -131,23 +157,54 @@ def organize_runs_list(*, viewer: Viewer, limit: int = 50) -> list[OrganizeRun]:
 
 
 def _run_viewer(run: OrganizeRun) -> Viewer:
-    return Viewer(tenant=run.tenant, workspace=run.workspace, user=run.user, write_scopes=frozenset({run.scope}),
-                  read_only=False, actor=run.requested_by or "system")
+    return Viewer(
+        tenant=run.tenant,
+        workspace=run.workspace,
+        user=run.user,
+        write_scopes=frozenset({run.scope}),
+        read_only=False,
+        actor=run.requested_by or "system",
+    )
 
 
 def _owner_cards(run: OrganizeRun) -> list[Card]:
-    nodes = (MemoryNode.objects.filter(tenant=run.tenant, scope=run.scope, owner_ref=run.owner_ref,
-                                       status=NodeStatus.ACTIVE).exclude(kind=JOURNAL_KIND).order_by("created_at"))
-    return [Card(id=str(n.pk), kind=n.kind, key=n.key, item_key=n.item_key, title=n.title, content=n.content,
-                 value=n.value_json, scope=n.scope, owner_ref=n.owner_ref, confidence=n.confidence,
-                 reviewed=n.review_state == ReviewState.REVIEWED, revision=n.revision, updated_at=n.updated_at,
-                 source_message_ids=list(n.source_message_ids),
-                 vector=list(n.embedding) if n.embedding is not None else None) for n in nodes]
+    nodes = (
+        MemoryNode.objects.filter(
+            tenant=run.tenant, scope=run.scope, owner_ref=run.owner_ref, status=NodeStatus.ACTIVE
+        )
+        .exclude(kind=JOURNAL_KIND)
+        .order_by("created_at")
+    )
+    return [
+        Card(
+            id=str(n.pk),
+            kind=n.kind,
+            key=n.key,
+            item_key=n.item_key,
+            title=n.title,
+            content=n.content,
+            value=n.value_json,
+            scope=n.scope,
+            owner_ref=n.owner_ref,
+            confidence=n.confidence,
+            reviewed=n.review_state == ReviewState.REVIEWED,
+            revision=n.revision,
+            updated_at=n.updated_at,
+            source_message_ids=list(n.source_message_ids),
+            vector=list(n.embedding) if n.embedding is not None else None,
+        )
+        for n in nodes
+    ]
 
 
 def _count(run: OrganizeRun) -> int:
-    return (MemoryNode.objects.filter(tenant=run.tenant, scope=run.scope, owner_ref=run.owner_ref,
-                                      status=NodeStatus.ACTIVE).exclude(kind=JOURNAL_KIND).count())
+    return (
+        MemoryNode.objects.filter(
+            tenant=run.tenant, scope=run.scope, owner_ref=run.owner_ref, status=NodeStatus.ACTIVE
+        )
+        .exclude(kind=JOURNAL_KIND)
+        .count()
+    )
 
 
 def _phase(run: OrganizeRun, phase: str, **fields: Any) -> None:
@@ -176,9 +233,14 @@ def _plan(clusters: list[list[Card]], headroom: int) -> tuple[list[tuple[list[Ca
 def _apply_item(run: OrganizeRun, item: OrganizeItem, cards: dict[str, Card], viewer: Viewer) -> None:
     try:
         result = organize_item_apply(
-            viewer=viewer, action=item.action, members=item.members, target_id=item.target_id,
-            proposed=item.proposed, revisions={m: cards[m].revision for m in map(str, item.members) if m in cards},
-            reason=f"organizer run {run.pk}: {item.reason}"[:1000])
+            viewer=viewer,
+            action=item.action,
+            members=item.members,
+            target_id=item.target_id,
+            proposed=item.proposed,
+            revisions={m: cards[m].revision for m in map(str, item.members) if m in cards},
+            reason=f"organizer run {run.pk}: {item.reason}"[:1000],
+        )
     except OrganizeRefused as exc:
         item.decision, item.reason = OrganizeDecision.REJECTED, f"{exc.code}: {exc.detail}"[:1000]
         run.rejections = {**run.rejections, exc.code: run.rejections.get(exc.code, 0) + 1}
@@ -196,20 +258,36 @@ def _execute(run: OrganizeRun) -> None:
     _phase(run, OrganizePhase.PLAN)
     planned, tokens = _plan(clusters, usage.headroom)
     fallbacks = Counter(f"fallback_{item.fallback}" for _, item in planned if item.fallback)
-    _phase(run, OrganizePhase.GATE, tokens_used=tokens,
-           planner="llm" if any(i.planner != "rules" for _, i in planned) else "rules",
-           rejections=dict(fallbacks))
+    _phase(
+        run,
+        OrganizePhase.GATE,
+        tokens_used=tokens,
+        planner="llm" if any(i.planner != "rules" for _, i in planned) else "rules",
+        rejections=dict(fallbacks),
+    )
     now, by_id, items = timezone.now(), {card.id: card for card in cards}, []
-    for cluster, plan in planned:
+    for _cluster, plan in planned:
         if plan.action == "keep":
             continue
         members = [by_id[m] for m in plan.members]
         risk = risk_of(members, confidence=plan.confidence)
-        items.append(OrganizeItem.objects.create(
-            tenant=run.tenant, run=run, members=plan.members, action=plan.action, target_id=plan.target_id,
-            proposed=plan.proposed, planner=plan.planner, confidence=plan.confidence, risk=risk.level,
-            risk_reasons=list(risk.reasons), reason=plan.reason, created_at=now,
-            decision=decide(trigger=run.trigger, mode=run.mode, risk=risk.level)))
+        items.append(
+            OrganizeItem.objects.create(
+                tenant=run.tenant,
+                run=run,
+                members=plan.members,
+                action=plan.action,
+                target_id=plan.target_id,
+                proposed=plan.proposed,
+                planner=plan.planner,
+                confidence=plan.confidence,
+                risk=risk.level,
+                risk_reasons=list(risk.reasons),
+                reason=plan.reason,
+                created_at=now,
+                decision=decide(trigger=run.trigger, mode=run.mode, risk=risk.level),
+            )
+        )
     _phase(run, OrganizePhase.APPLY)
     for item in items:
         if item.decision == OrganizeDecision.APPLIED:
@@ -223,11 +301,13 @@ def _finish(run: OrganizeRun) -> None:
     run.cards_after = after
     run.compression_ratio = round(after / run.cards_before, 4) if run.cards_before else 1.0
     run.state, run.phase, run.finished_at = OrganizeState.DONE, OrganizePhase.DONE, timezone.now()
-    run.save(update_fields=["cards_after", "compression_ratio", "state", "phase", "finished_at", "rejections"])
+    run.save(
+        update_fields=["cards_after", "compression_ratio", "state", "phase", "finished_at", "rejections"]
+    )
 
 
 def organize_run(*, tenant_id: int, run_id: str) -> str:
-    """Run one queued organizer run to its end (the Celery task); a failure marks it failed, with the error."""
+    """Run one queued run to its end (the Celery task); a failure marks it failed, with the error."""
     tenant = Tenant.objects.get(pk=tenant_id)
     with tenant_context(tenant):
         run = OrganizeRun.objects.select_for_update().filter(tenant=tenant, pk=_parse(run_id, "run")).first()
@@ -243,7 +323,8 @@ def organize_run(*, tenant_id: int, run_id: str) -> str:
         logger.exception("Organizer run %s failed.", run.pk)
         with tenant_context(tenant):
             OrganizeRun.objects.filter(tenant=tenant, pk=run.pk).update(
-                state=OrganizeState.FAILED, error=str(exc)[:2000], finished_at=timezone.now())
+                state=OrganizeState.FAILED, error=str(exc)[:2000], finished_at=timezone.now()
+            )
         return OrganizeState.FAILED
     return run.state
 
@@ -263,7 +344,11 @@ def organize_item_decide(*, viewer: Viewer, run_id: Any, item_id: Any, decision:
         if item.decision != OrganizeDecision.QUEUED:
             raise Conflict(f"This item is already {item.decision}.")
         if decision == "dismiss":
-            item.decision, item.decided_at, item.decided_by = OrganizeDecision.DISMISSED, timezone.now(), viewer.actor
+            item.decision, item.decided_at, item.decided_by = (
+                OrganizeDecision.DISMISSED,
+                timezone.now(),
+                viewer.actor,
+            )
         else:
             _apply_item(run, item, {}, viewer)
         item.save()
@@ -274,8 +359,12 @@ def organize_item_decide(*, viewer: Viewer, run_id: Any, item_id: Any, decision:
 
 
 def _owners_of(tenant: Tenant) -> list[tuple[str, str, int, int | None]]:
-    rows = (MemoryNode.objects.filter(tenant=tenant, status=NodeStatus.ACTIVE, scope__in=ORGANIZED_SCOPES)
-            .exclude(kind=JOURNAL_KIND).values_list("scope", "owner_ref", "workspace_id", "user_id").distinct())
+    rows = (
+        MemoryNode.objects.filter(tenant=tenant, status=NodeStatus.ACTIVE, scope__in=ORGANIZED_SCOPES)
+        .exclude(kind=JOURNAL_KIND)
+        .values_list("scope", "owner_ref", "workspace_id", "user_id")
+        .distinct()
+    )
     seen: dict[str, tuple[str, str, int, int | None]] = {}
     for scope, ref, workspace_id, user_id in rows:
         seen.setdefault(ref, (scope, ref, workspace_id, user_id if scope == Scope.USER else None))
@@ -290,15 +379,26 @@ def organize_due(now: Any = None) -> int:
     opened = 0
     for tenant in tenants:
         with tenant_context(tenant):
-            last = (OrganizeRun.objects.filter(tenant=tenant, trigger=OrganizeTrigger.SCHEDULED)
-                    .order_by("-created_at").values_list("created_at", flat=True).first())
+            last = (
+                OrganizeRun.objects.filter(tenant=tenant, trigger=OrganizeTrigger.SCHEDULED)
+                .order_by("-created_at")
+                .values_list("created_at", flat=True)
+                .first()
+            )
             if last is not None and last > now - SCHEDULE_EVERY[tenant.organize_schedule]:
                 continue
             for scope, ref, workspace_id, user_id in _owners_of(tenant):
                 run = OrganizeRun.objects.create(
-                    tenant=tenant, workspace=Workspace.objects.get(tenant=tenant, pk=workspace_id), user_id=user_id,
-                    scope=scope, owner_ref=ref, trigger=OrganizeTrigger.SCHEDULED, mode=OrganizeMode.AUTO_LOW,
-                    requested_by="system", created_at=now)
+                    tenant=tenant,
+                    workspace=Workspace.objects.get(tenant=tenant, pk=workspace_id),
+                    user_id=user_id,
+                    scope=scope,
+                    owner_ref=ref,
+                    trigger=OrganizeTrigger.SCHEDULED,
+                    mode=OrganizeMode.AUTO_LOW,
+                    requested_by="system",
+                    created_at=now,
+                )
                 _enqueue(tenant.pk, run.pk)
                 opened += 1
     return opened

@@ -1,4 +1,4 @@
-"""A small bilingual concept map and the guards that keep look-alike cards apart (the organizer's cluster step).
+"""A small bilingual concept map and the guards that keep look-alike cards apart (organizer clustering).
 
 A card's *signature* is what it is about, language aside: its kind (through the kind synonyms of
 memory.rules.kinds), the concepts its words name ('咖啡' and 'coffee' are one concept), the people it
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 __all__ = ["Signature", "concepts_in", "lookalike_reason", "same_concepts", "signature_of"]
 
-# concept id → surface forms (English words match whole words, with a plural 's'; Chinese forms as substrings).
+# concept id → surface forms (English: whole words, plural 's' allowed; Chinese: substrings).
 CONCEPTS: dict[str, tuple[str, ...]] = {
     "coffee": ("coffee", "espresso", "latte", "咖啡"),
     "tea": ("tea", "茶"),
@@ -77,7 +77,7 @@ CONCEPTS: dict[str, tuple[str, ...]] = {
     "monday": ("monday", "周一", "星期一"),
 }
 
-# Kinship terms name different people; they are never synonyms of each other (a generic 'uncle' is its own term).
+# Kinship terms name different people, never synonyms of each other ('uncle' alone is its own term).
 KINSHIP: dict[str, tuple[str, ...]] = {
     "maternal_uncle": ("maternal uncle", "舅舅", "舅父"),
     "paternal_uncle": ("paternal uncle", "叔叔", "伯伯", "伯父", "叔父"),
@@ -102,13 +102,51 @@ KINSHIP: dict[str, tuple[str, ...]] = {
     "cousin": ("cousin", "表哥", "表姐", "表弟", "表妹", "堂哥", "堂姐"),
 }
 
-NEGATIVE_CUES_EN = ("not", "no", "never", "don't", "doesn't", "dont", "doesnt", "won't", "can't", "cannot",
-                    "avoid", "avoids", "avoiding", "allergic", "allergy", "hate", "hates", "dislike", "dislikes",
-                    "without", "stopped", "quit", "refuses", "intolerant", "free")
+NEGATIVE_CUES_EN = (
+    "not",
+    "no",
+    "never",
+    "don't",
+    "doesn't",
+    "dont",
+    "doesnt",
+    "won't",
+    "can't",
+    "cannot",
+    "avoid",
+    "avoids",
+    "avoiding",
+    "allergic",
+    "allergy",
+    "hate",
+    "hates",
+    "dislike",
+    "dislikes",
+    "without",
+    "stopped",
+    "quit",
+    "refuses",
+    "intolerant",
+    "free",
+)
 NEGATIVE_CUES_ZH = ("不", "没", "别", "忌", "过敏", "讨厌", "避免", "戒", "无", "免")
 # Words that contain a negative character but are not negations.
-_ZH_NOT_NEGATIVE = ("不错", "不过", "不仅", "不断", "不少", "差不多", "特别", "分别", "区别", "别的", "别人",
-                    "无论", "免费", "无障碍")
+_ZH_NOT_NEGATIVE = (
+    "不错",
+    "不过",
+    "不仅",
+    "不断",
+    "不少",
+    "差不多",
+    "特别",
+    "分别",
+    "区别",
+    "别的",
+    "别人",
+    "无论",
+    "免费",
+    "无障碍",
+)
 
 # Kinds that are avoidances by definition: their cards are negative whatever their wording.
 NEGATIVE_KINDS = frozenset({"food_avoidance", "dietary_restriction"})

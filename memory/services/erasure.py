@@ -143,8 +143,9 @@ def _with_merge_sources(viewer: Viewer, nodes: dict[UUID, MemoryNode]) -> dict[U
                                                decision=OrganizeDecision.APPLIED)
                    .values_list("members", flat=True))
         ids = {member for group in members for member in group} - set(found)
-        sources = {node.pk: node for node in
-                   MemoryNode.objects.select_for_update().filter(tenant=viewer.tenant, pk__in=sorted(ids, key=str))}
+        locked = MemoryNode.objects.select_for_update().filter(tenant=viewer.tenant,
+                                                               pk__in=sorted(ids, key=str))
+        sources = {node.pk: node for node in locked}
         sources = _with_older_revisions(viewer, sources) if sources else {}
         frontier = [pk for pk in sources if pk not in found]
         found.update(sources)
@@ -155,8 +156,8 @@ def _organizer_scrub(viewer: Viewer, ids: list[UUID]) -> int:
     """Clear the organizer items' copies of the erased cards' content (proposed title, content, value)."""
     if not ids:
         return 0
-    items = OrganizeItem.objects.filter(Q(members__overlap=ids) | Q(target_id__in=ids) | Q(result_node_id__in=ids),
-                                        tenant=viewer.tenant)
+    holds = Q(members__overlap=ids) | Q(target_id__in=ids) | Q(result_node_id__in=ids)
+    items = OrganizeItem.objects.filter(holds, tenant=viewer.tenant)
     return items.update(proposed=None, reason="")
 
 

@@ -47,8 +47,12 @@ class OrganizeRefused(Exception):
 
 
 def _locked_members(viewer: Viewer, members: Sequence[UUID], revisions: dict[str, int]) -> list[MemoryNode]:
-    nodes = {node.pk: node for node in MemoryNode.objects.select_for_update(of=("self",))
-             .filter(tenant=viewer.tenant, pk__in=list(members))}
+    nodes = {
+        node.pk: node
+        for node in MemoryNode.objects.select_for_update(of=("self",)).filter(
+            tenant=viewer.tenant, pk__in=list(members)
+        )
+    }
     found = []
     for member in members:
         node = nodes.get(member)
@@ -56,7 +60,9 @@ def _locked_members(viewer: Viewer, members: Sequence[UUID], revisions: dict[str
             raise OrganizeRefused("stale", f"Memory {member} is no longer active.")
         expected = revisions.get(str(member))
         if expected is not None and node.revision != expected:
-            raise OrganizeRefused("stale", f"Memory {member} changed since the scan (revision {node.revision}).")
+            raise OrganizeRefused(
+                "stale", f"Memory {member} changed since the scan (revision {node.revision})."
+            )
         found.append(node)
     return found
 
@@ -69,12 +75,14 @@ def _proposed_text(proposed: dict[str, Any], target: MemoryNode) -> tuple[str, s
     return title, content
 
 
-def _merge(viewer: Viewer, nodes: list[MemoryNode], target: MemoryNode, proposed: dict[str, Any],
-           reason: str) -> MemoryNode:
+def _merge(
+    viewer: Viewer, nodes: list[MemoryNode], target: MemoryNode, proposed: dict[str, Any], reason: str
+) -> MemoryNode:
     now = timezone.now()
     title, content = _proposed_text(proposed, target)
-    merged = MemoryNode(**{f.attname: getattr(target, f.attname) for f in MemoryNode._meta.concrete_fields
-                           if not f.generated})
+    merged = MemoryNode(
+        **{f.attname: getattr(target, f.attname) for f in MemoryNode._meta.concrete_fields if not f.generated}
+    )
     merged.pk = uuid4()
     successor_link(target, merged)
     merged.title, merged.content = title, content
@@ -86,8 +94,11 @@ def _merge(viewer: Viewer, nodes: list[MemoryNode], target: MemoryNode, proposed
     merged.tags = list(dict.fromkeys(t for node in nodes for t in node.tags))
     merged.entities = list(dict.fromkeys(e for node in nodes for e in node.entities))
     merged.explicit_user_intent = any(node.explicit_user_intent for node in nodes)
-    merged.review_state = (ReviewState.REVIEWED if any(n.review_state == ReviewState.REVIEWED for n in nodes)
-                           else ReviewState.UNREVIEWED)
+    merged.review_state = (
+        ReviewState.REVIEWED
+        if any(n.review_state == ReviewState.REVIEWED for n in nodes)
+        else ReviewState.UNREVIEWED
+    )
     merged.created_at = merged.updated_at = now
     merged.last_accessed_at = None
     merged.embedding = None
@@ -95,15 +106,26 @@ def _merge(viewer: Viewer, nodes: list[MemoryNode], target: MemoryNode, proposed
     merged.search_text = search_text_of(merged)
     quota_require(tenant=viewer.tenant, adding=cards_added([merged], nodes))
     MemoryNode.objects.filter(pk__in=[node.pk for node in nodes]).update(
-        status=NodeStatus.SUPERSEDED, updated_at=now)
+        status=NodeStatus.SUPERSEDED, updated_at=now
+    )
     nodes_insert([merged])
     sources = [str(node.pk) for node in nodes]
-    audit_node_change(viewer=viewer, event_type=AuditEventType.SUPERSEDE, node=merged, reason=reason,
-                      payload={"supersededId": str(target.pk), "mergedFrom": sources, "node": node_to_api(merged)})
+    audit_node_change(
+        viewer=viewer,
+        event_type=AuditEventType.SUPERSEDE,
+        node=merged,
+        reason=reason,
+        payload={"supersededId": str(target.pk), "mergedFrom": sources, "node": node_to_api(merged)},
+    )
     for node in nodes:
         if node.pk != target.pk:
-            audit_node_change(viewer=viewer, event_type=AuditEventType.SUPERSEDE, node=node, reason=reason,
-                              payload={"mergedInto": str(merged.pk), "revision": node.revision})
+            audit_node_change(
+                viewer=viewer,
+                event_type=AuditEventType.SUPERSEDE,
+                node=node,
+                reason=reason,
+                payload={"mergedInto": str(merged.pk), "revision": node.revision},
+            )
     return merged
 
 
@@ -115,13 +137,26 @@ def _change(viewer: Viewer, node: MemoryNode, reason: str, event: str, **changes
     node.updated_at = timezone.now()
     node.search_text = search_text_of(node)
     node.save(update_fields=[*changes, "revision", "updated_at", "search_text"])
-    audit_node_change(viewer=viewer, event_type=event, node=node, reason=reason,
-                      payload={"before": before, "after": changes, "revision": node.revision, "organizer": True})
+    audit_node_change(
+        viewer=viewer,
+        event_type=event,
+        node=node,
+        reason=reason,
+        payload={"before": before, "after": changes, "revision": node.revision, "organizer": True},
+    )
     return node
 
 
-def organize_item_apply(*, viewer: Viewer, action: str, members: Sequence[UUID], target_id: UUID | None,
-                        proposed: dict[str, Any] | None, revisions: dict[str, int], reason: str) -> UUID | None:
+def organize_item_apply(
+    *,
+    viewer: Viewer,
+    action: str,
+    members: Sequence[UUID],
+    target_id: UUID | None,
+    proposed: dict[str, Any] | None,
+    revisions: dict[str, int],
+    reason: str,
+) -> UUID | None:
     """Apply one item to its cluster in one savepoint; return the card that holds the result, if any."""
     proposed = proposed or {}
     members = [UUID(str(member)) for member in members]

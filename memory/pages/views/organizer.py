@@ -21,15 +21,32 @@ from tenants.models import OrganizeSchedule
 from tenants.services import tenant_organize_schedule_set
 
 SCHEDULES = {"off": gettext_lazy("Off"), "daily": gettext_lazy("Daily"), "weekly": gettext_lazy("Weekly")}
-ACTIONS = {"keep": gettext_lazy("Keep"), "merge_into": gettext_lazy("Merge"), "delete": gettext_lazy("Delete"),
-           "mark_review": gettext_lazy("Mark for review"), "rewrite": gettext_lazy("Rewrite")}
+ACTIONS = {
+    "keep": gettext_lazy("Keep"),
+    "merge_into": gettext_lazy("Merge"),
+    "delete": gettext_lazy("Delete"),
+    "mark_review": gettext_lazy("Mark for review"),
+    "rewrite": gettext_lazy("Rewrite"),
+}
 RISKS = {"low": gettext_lazy("Low"), "medium": gettext_lazy("Medium"), "high": gettext_lazy("High")}
-DECISIONS = {"applied": gettext_lazy("Applied"), "queued": gettext_lazy("Waiting for you"),
-             "dismissed": gettext_lazy("Dismissed"), "rejected": gettext_lazy("Rejected")}
-REASONS = {"cross_scope": gettext_lazy("more than one owner"), "low_confidence": gettext_lazy("low confidence"),
-           "values_disagree": gettext_lazy("the values disagree"), "reviewed": gettext_lazy("a person reviewed it")}
-STATES = {"queued": gettext_lazy("Queued"), "running": gettext_lazy("Running"), "done": gettext_lazy("Done"),
-          "failed": gettext_lazy("Failed")}
+DECISIONS = {
+    "applied": gettext_lazy("Applied"),
+    "queued": gettext_lazy("Waiting for you"),
+    "dismissed": gettext_lazy("Dismissed"),
+    "rejected": gettext_lazy("Rejected"),
+}
+REASONS = {
+    "cross_scope": gettext_lazy("more than one owner"),
+    "low_confidence": gettext_lazy("low confidence"),
+    "values_disagree": gettext_lazy("the values disagree"),
+    "reviewed": gettext_lazy("a person reviewed it"),
+}
+STATES = {
+    "queued": gettext_lazy("Queued"),
+    "running": gettext_lazy("Running"),
+    "done": gettext_lazy("Done"),
+    "failed": gettext_lazy("Failed"),
+}
 
 
 @require_http_methods(["GET", "POST"])
@@ -39,8 +56,9 @@ def organizer_view(request: HttpRequest, access: PageAccess) -> HttpResponse:
         if request.POST.get("schedule") is not None:
             if not access.is_admin or request.POST["schedule"] not in OrganizeSchedule.values:
                 return refuse(request, access)
-            tenant_organize_schedule_set(tenant=access.tenant, schedule=request.POST["schedule"],
-                                         changed_by=request.user)
+            tenant_organize_schedule_set(
+                tenant=access.tenant, schedule=request.POST["schedule"], changed_by=request.user
+            )
             messages.success(request, _("The organizer schedule is saved."))
             return redirect("organizer")
         scope = request.POST.get("scope", "user")
@@ -55,8 +73,13 @@ def organizer_view(request: HttpRequest, access: PageAccess) -> HttpResponse:
         messages.success(request, _("The organizer is running; this page shows its result."))
         return redirect("organizer-run", run_id=run.pk)
     runs = organize_runs_list(viewer=access.viewer)
-    context = {"access": access, "runs": runs, "states": STATES, "schedules": SCHEDULES,
-               "schedule": access.tenant.organize_schedule}
+    context = {
+        "access": access,
+        "runs": runs,
+        "states": STATES,
+        "schedules": SCHEDULES,
+        "schedule": access.tenant.organize_schedule,
+    }
     return render(request, "pages/organizer.html", context)
 
 
@@ -67,9 +90,16 @@ def organizer_run(request: HttpRequest, access: PageAccess, run_id: UUID) -> Htt
         run = organize_get(viewer=access.viewer, run_id=run_id)
     except NotFound:
         return refuse(request, access, status=404)
-    items = [{"item": item, "action": ACTIONS.get(item.action, item.action), "risk": RISKS.get(item.risk),
-              "decision": DECISIONS.get(item.decision, item.decision),
-              "reasons": ", ".join(str(REASONS.get(r, r)) for r in item.risk_reasons)} for item in run.item_list]
+    items = [
+        {
+            "item": item,
+            "action": ACTIONS.get(item.action, item.action),
+            "risk": RISKS.get(item.risk),
+            "decision": DECISIONS.get(item.decision, item.decision),
+            "reasons": ", ".join(str(REASONS.get(r, r)) for r in item.risk_reasons),
+        }
+        for item in run.item_list
+    ]
     context = {"access": access, "run": run, "items": items, "state": STATES.get(run.state, run.state)}
     return render(request, "pages/organizer_run.html", context)
 
