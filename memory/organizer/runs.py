@@ -46,7 +46,7 @@ from memory.services.guards import (
 from memory.services.organize import OrganizeRefused, organize_item_apply
 from memory.services.quota import JOURNAL_KIND, ladder_level, scope_usage
 from memory.visibility import Viewer, owner_ref
-from tenants.context import all_tenants_context, tenant_context
+from tenants.context import tenant_context
 from tenants.models import OrganizeSchedule, Scope, Tenant, Workspace
 
 __all__ = [
@@ -374,8 +374,7 @@ def _owners_of(tenant: Tenant) -> list[tuple[str, str, int, int | None]]:
 def organize_due(now: Any = None) -> int:
     """Open a scheduled run per scope owner of each tenant whose schedule is due; return how many."""
     now = now or timezone.now()
-    with all_tenants_context():
-        tenants = list(Tenant.objects.filter(organize_schedule__in=list(SCHEDULE_EVERY)))
+    tenants = list(Tenant.objects.filter(organize_schedule__in=list(SCHEDULE_EVERY)))
     opened = 0
     for tenant in tenants:
         with tenant_context(tenant):
