@@ -309,8 +309,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--split", choices=["dev", "held-out"], default="dev")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--no-guards", action="store_true",
+                        help="ablation: keep only the kind guard (what the look-alike guards buy)")
     args = parser.parse_args()
     setup_django()
+    if args.no_guards:
+        from memory.organizer import cluster, gate
+
+        cluster.lookalike_reason = gate.lookalike_reason = lambda a, b: "kind" if a.kind != b.kind else None
     from memory.models import OrganizeItem
     from memory.organizer.runs import organize_request, organize_run
     from tenants.context import tenant_context
@@ -333,7 +339,8 @@ def main() -> None:
     precision, recall, predicted, true = pairwise(labels, merged)
     dup_cards = sum(1 for g in labels.values() if g is not None)
     print(
-        f"split={args.split} seed={args.seed} cards={len(cards)} labelled_duplicates={dup_cards} "
+        f"split={args.split} seed={args.seed} guards={'kind only' if args.no_guards else 'all'} "
+        f"cards={len(cards)} labelled_duplicates={dup_cards} "
         f"duplicate_groups={len({g for g in labels.values() if g})}"
     )
     print(f"merge precision={precision:.3f} recall={recall:.3f} (pairs predicted={predicted} true={true})")
