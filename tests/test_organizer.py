@@ -406,3 +406,11 @@ def test_a_hard_forget_erases_the_merge_sources_and_the_items_copies(client, ten
         assert not MemoryNode.objects.filter(pk__in=[*ids[:2], merged["id"]]).exists()
         assert MemoryNode.objects.filter(pk=ids[2]).exists()
         assert OrganizeItem.objects.get(pk=item["id"]).proposed is None
+
+
+def test_a_hard_forget_that_matches_nothing_counts_zero_rows(client, tenant_a):  # noqa: ANN001
+    api = api_for(client, tenant_a)
+    forgot = api.post("memory/forget", {"kind": "food_avoidance", "reason": "r", "explicitUserIntent": True,
+                                        "mode": "hard"})
+    assert forgot["receipt"]["removed"]["memory_memorynode"] == 0
+    assert forgot["receipt"]["removed"]["memory_organizeitem"] == 0

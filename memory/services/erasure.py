@@ -125,7 +125,8 @@ def _nodes_delete(viewer: Viewer, ids: list[UUID]) -> int:
     nodes = MemoryNode.objects.filter(tenant=viewer.tenant)
     nodes.filter(parent_id__in=ids).update(parent=None)
     nodes.filter(supersedes_id__in=ids).update(supersedes=None)
-    return nodes.filter(pk__in=ids)._raw_delete(nodes.db)
+    # No id: the DELETE is never sent and Django answers None, not 0.
+    return nodes.filter(pk__in=ids)._raw_delete(nodes.db) or 0
 
 
 def _with_older_revisions(viewer: Viewer, nodes: dict[UUID, MemoryNode]) -> dict[UUID, MemoryNode]:
