@@ -410,7 +410,8 @@ def test_a_hard_forget_erases_the_merge_sources_and_the_items_copies(client, ten
 
 def test_a_hard_forget_that_matches_nothing_counts_zero_rows(client, tenant_a):  # noqa: ANN001
     api = api_for(client, tenant_a)
-    forgot = api.post("memory/forget", {"kind": "food_avoidance", "reason": "r", "explicitUserIntent": True,
-                                        "mode": "hard"})
+    forgot = api.post(
+        "memory/forget", {"kind": "food_avoidance", "reason": "r", "explicitUserIntent": True, "mode": "hard"}
+    )
     assert forgot["receipt"]["removed"]["memory_memorynode"] == 0
     assert forgot["receipt"]["removed"]["memory_organizeitem"] == 0
