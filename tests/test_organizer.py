@@ -415,3 +415,30 @@ def test_a_hard_forget_that_matches_nothing_counts_zero_rows(client, tenant_a): 
     )
     assert forgot["receipt"]["removed"]["memory_memorynode"] == 0
     assert forgot["receipt"]["removed"]["memory_organizeitem"] == 0
+
+
+def test_a_queued_merge_of_a_card_changed_since_the_scan_is_refused(client, tenant_a, committed):  # noqa: ANN001
+    api = api_for(client, tenant_a)
+    ids = _seed(api, PAIR)
+    run = _organize(api, committed)
+    [item] = run["items"]
+    api.post(
+        "memory/write",
+        {
+            "operations": [
+                {
+                    "operation": "update",
+                    "targetId": ids[0],
+                    "expectedRevision": 1,
+                    "reason": "r",
+                    "node": {"content": "不吃香菜，也不吃芹菜"},
+                }
+            ],
+            "explicitUserIntent": True,
+        },
+    )
+    decided = api.post(f"memory/organize/{run['runId']}/items/{item['id']}", {"decision": "apply"})
+    assert decided["decision"] == "rejected" and decided["reason"].startswith("stale")
+    assert api.get(f"memory/organize/{run['runId']}")["rejections"] == {"stale": 1}
+    with tenant_context(tenant_a):
+        assert set(MemoryNode.objects.filter(pk__in=ids).values_list("status", flat=True)) == {"active"}

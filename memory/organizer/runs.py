@@ -230,7 +230,7 @@ def _plan(clusters: list[list[Card]], headroom: int) -> tuple[list[tuple[list[Ca
     return planned, tokens
 
 
-def _apply_item(run: OrganizeRun, item: OrganizeItem, cards: dict[str, Card], viewer: Viewer) -> None:
+def _apply_item(run: OrganizeRun, item: OrganizeItem, viewer: Viewer) -> None:
     try:
         result = organize_item_apply(
             viewer=viewer,
@@ -238,7 +238,8 @@ def _apply_item(run: OrganizeRun, item: OrganizeItem, cards: dict[str, Card], vi
             members=item.members,
             target_id=item.target_id,
             proposed=item.proposed,
-            revisions={m: cards[m].revision for m in map(str, item.members) if m in cards},
+            # The revisions the plan saw: a card changed since then refuses the item (`stale`).
+            revisions=(item.proposed or {}).get("revisions", {}),
             reason=f"organizer run {run.pk}: {item.reason}"[:1000],
         )
     except OrganizeRefused as exc:
@@ -278,7 +279,7 @@ def _execute(run: OrganizeRun) -> None:
                 members=plan.members,
                 action=plan.action,
                 target_id=plan.target_id,
-                proposed=plan.proposed,
+                proposed={**(plan.proposed or {}), "revisions": {m: by_id[m].revision for m in plan.members}},
                 planner=plan.planner,
                 confidence=plan.confidence,
                 risk=risk.level,
@@ -291,7 +292,7 @@ def _execute(run: OrganizeRun) -> None:
     _phase(run, OrganizePhase.APPLY)
     for item in items:
         if item.decision == OrganizeDecision.APPLIED:
-            _apply_item(run, item, by_id, viewer)
+            _apply_item(run, item, viewer)
             item.save()
     _finish(run)
 
@@ -350,7 +351,7 @@ def organize_item_decide(*, viewer: Viewer, run_id: Any, item_id: Any, decision:
                 viewer.actor,
             )
         else:
-            _apply_item(run, item, {}, viewer)
+            _apply_item(run, item, viewer)
         item.save()
         run.cards_after = _count(run)
         run.compression_ratio = round(run.cards_after / run.cards_before, 4) if run.cards_before else 1.0
