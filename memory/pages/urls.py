@@ -2,7 +2,17 @@
 
 from django.urls import path
 
-from memory.pages.views import api_keys, dashboard, journal, memories, quota, sessions, signin, workspace
+from memory.pages.views import (
+    api_keys,
+    dashboard,
+    journal,
+    memories,
+    organizer,
+    quota,
+    sessions,
+    signin,
+    workspace,
+)
 
 urlpatterns = [
     path("", dashboard.dashboard_view, name="dashboard"),
@@ -23,6 +33,9 @@ urlpatterns = [
     path("workspace/import/", workspace.workspace_import, name="workspace-import"),
     path("journal/", journal.journal_view, name="journal"),
     path("quota/", quota.quota_view, name="quota"),
+    path("organizer/", organizer.organizer_view, name="organizer"),
+    path("organizer/<uuid:run_id>/", organizer.organizer_run, name="organizer-run"),
+    path("organizer/<uuid:run_id>/items/<uuid:item_id>/", organizer.organizer_item, name="organizer-item"),
     path("keys/", api_keys.api_keys, name="apikey-list"),
     path("keys/<int:key_id>/revoke/", api_keys.api_key_revoke_view, name="apikey-revoke"),
 ]
