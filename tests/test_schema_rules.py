@@ -114,13 +114,16 @@ CATALOGUE = [
      True, "session", False, "string"),
     ("correction", "correction", "correction", "通用", "通用/纠正",
      True, "session", False, "string"),
+    # Issue 14 (seed 001's `daily`), documented in docs/memory-rules.md, "The journal".
+    ("journal", "journal", "fact", "个人", "个人/日记",
+     True, "user", True, "string"),
 ]
 # fmt: on
 
 
-def test_default_catalogue_has_exactly_the_eighteen_kinds_of_the_api_contract():
+def test_default_catalogue_has_exactly_the_kinds_of_the_api_contract_and_the_journal():
     assert set(DEFAULT_KINDS) == {row[0] for row in CATALOGUE}
-    assert len(DEFAULT_KINDS) == 18
+    assert len(DEFAULT_KINDS) == 19
 
 
 @pytest.mark.parametrize(

@@ -429,8 +429,8 @@ def build_context(
     """Return the context pack for the viewer's session and `query_text`, never over `token_budget`.
 
     Journal cards are left out unless `include_journal`. The parts share one transaction bound to the
-    viewer's tenant once; when even that cannot be
-    opened (the store is down), each part tries on its own and reports its failure.
+    viewer's tenant once; when even that cannot be opened (the store is down), each part tries on its
+    own and reports its failure.
     """
     now = now or timezone.now()
     budget = max(0, int(token_budget))
