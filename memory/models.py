@@ -406,3 +406,7 @@ class MemoryTermStat(TenantOwnedModel):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "source", "term"], name="term_stat_uniq")]
+
+
+# The webhook tables live beside their code; importing them here registers them with the memory app.
+from memory.webhooks.models import WebhookDelivery, WebhookEndpoint  # noqa: E402, F401
