@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from memory.pages.views import api_keys, dashboard, memories, quota, sessions, signin, workspace
+from memory.pages.views import api_keys, dashboard, memories, quota, sessions, signin, webhooks, workspace
 
 urlpatterns = [
     path("", dashboard.dashboard_view, name="dashboard"),
@@ -24,4 +24,8 @@ urlpatterns = [
     path("quota/", quota.quota_view, name="quota"),
     path("keys/", api_keys.api_keys, name="apikey-list"),
     path("keys/<int:key_id>/revoke/", api_keys.api_key_revoke_view, name="apikey-revoke"),
+    path("webhooks/", webhooks.webhook_list, name="webhook-list"),
+    path("webhooks/<int:endpoint_id>/resume/", webhooks.webhook_resume, name="webhook-resume"),
+    path("webhooks/<int:endpoint_id>/rotate/", webhooks.webhook_rotate, name="webhook-rotate"),
+    path("webhooks/<int:endpoint_id>/delete/", webhooks.webhook_delete, name="webhook-delete"),
 ]
