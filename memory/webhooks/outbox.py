@@ -58,8 +58,10 @@ def _dispatch_after_commit(tenant_id: int) -> None:
 def webhooks_announce(*, tenant_id: int) -> None:
     """Queue the tenant's webhook dispatch after the current transaction commits (once per transaction)."""
     connection = transaction.get_connection()
-    if any(getattr(callback, "webhook_tenant_id", None) == tenant_id
-           for _savepoints, callback, _robust in connection.run_on_commit):
+    # Registered already at this savepoint level: a writer's loop queues one dispatch, not one per event.
+    here = set(connection.savepoint_ids)
+    if any(getattr(callback, "webhook_tenant_id", None) == tenant_id and savepoints == here
+           for savepoints, callback, _robust in connection.run_on_commit):
         return
     callback = functools.partial(_dispatch_after_commit, tenant_id)
     callback.webhook_tenant_id = tenant_id  # type: ignore[attr-defined]
