@@ -1,4 +1,4 @@
-"""Signed webhooks (memory.webhooks, docs/webhooks.md): deliveries, signatures, retries, pausing, walls, pages.
+"""Signed webhooks (memory.webhooks, docs/webhooks.md): signatures, retries, pausing, walls, pages.
 
 Real PostgreSQL and a real HTTP receiver on loopback; the dispatch runs as the in-process queue
 runs it after a commit (`committed`). tests/test_webhooks_worker.py runs it on a real Celery worker.
@@ -32,8 +32,14 @@ from tests.test_pages import person, signed_in
 from tests.webhook_receiver import receiver
 
 pytestmark = pytest.mark.django_db
-ALL_EVENTS = ["memory.created", "memory.updated", "memory.superseded", "memory.expired", "memory.forgotten",
-              "extraction.completed"]
+ALL_EVENTS = [
+    "memory.created",
+    "memory.updated",
+    "memory.superseded",
+    "memory.expired",
+    "memory.forgotten",
+    "extraction.completed",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -56,8 +62,15 @@ def register(tenant, url, events=ALL_EVENTS, **options):  # noqa: ANN001, ANN003
 
 
 def _seed(api) -> None:  # noqa: ANN001
-    api.post("messages", {"sessionId": "s", "userId": "alice", "messages": [
-        {"id": "m1", "role": "user", "content": "记住我不吃香菜"}]}, expect=201)
+    api.post(
+        "messages",
+        {
+            "sessionId": "s",
+            "userId": "alice",
+            "messages": [{"id": "m1", "role": "user", "content": "记住我不吃香菜"}],
+        },
+        expect=201,
+    )
 
 
 def counter(outcome: str) -> float:
@@ -72,7 +85,9 @@ def deliveries(tenant) -> list[WebhookDelivery]:  # noqa: ANN001
 # --------------------------------------------------------------------------- every event, signed
 
 
-def test_each_memory_event_is_delivered_signed_and_a_forget_carries_ids_only(client, tenant_a, hook, committed):
+def test_each_memory_event_is_delivered_signed_and_a_forget_carries_ids_only(
+    client, tenant_a, hook, committed
+):
     handler, url = hook
     issued = register(tenant_a, url)
     handler.secret = issued.secret
@@ -82,12 +97,30 @@ def test_each_memory_event_is_delivered_signed_and_a_forget_carries_ids_only(cli
         _seed(api)
     steps = [
         lambda: write(api, create(cilantro()))["results"][0]["nodeId"],
-        lambda: write(api, {"operation": "update", "targetId": ids[0], "expectedRevision": 1, "reason": "typo",
-                            "node": {"content": "推荐菜谱时一定避免香菜。"}}),
+        lambda: write(
+            api,
+            {
+                "operation": "update",
+                "targetId": ids[0],
+                "expectedRevision": 1,
+                "reason": "typo",
+                "node": {"content": "推荐菜谱时一定避免香菜。"},
+            },
+        ),
         lambda: write(api, create(cilantro(content="完全不吃香菜，连汤也不要。")))["results"][0]["nodeId"],
-        lambda: write(api, {"operation": "expire", "targetId": ids[2], "expectedRevision": 3, "reason": "old"}),
-        lambda: api.post("memory/forget", {"id": ids[2], "expectedRevision": 4, "explicitUserIntent": True,
-                                           "reason": "user asked", "mode": "hard"}),
+        lambda: write(
+            api, {"operation": "expire", "targetId": ids[2], "expectedRevision": 3, "reason": "old"}
+        ),
+        lambda: api.post(
+            "memory/forget",
+            {
+                "id": ids[2],
+                "expectedRevision": 4,
+                "explicitUserIntent": True,
+                "reason": "user asked",
+                "mode": "hard",
+            },
+        ),
     ]
     ids: list = []
     for step in steps:  # each write commits, then its deliveries go out
@@ -97,14 +130,21 @@ def test_each_memory_event_is_delivered_signed_and_a_forget_carries_ids_only(cli
     got = handler.requests
     # The hard forget erases the card's older revision too: one forgotten event for each.
     assert [r["json"]["type"] for r in got] == [
-        "memory.created", "memory.updated", "memory.superseded", "memory.expired", "memory.forgotten",
-        "memory.forgotten"]
+        "memory.created",
+        "memory.updated",
+        "memory.superseded",
+        "memory.expired",
+        "memory.forgotten",
+        "memory.forgotten",
+    ]
     assert all(r["verified"] for r in got), "every delivery verifies with the documented snippet"
     assert [r["headers"]["Ekko-Event"] for r in got] == [r["json"]["type"] for r in got]
     assert all(r["headers"]["Ekko-Event-Id"] == r["json"]["id"] for r in got)
     assert got[2]["json"]["data"]["supersedesId"] == node_id
     assert sorted([got[4]["json"]["data"], got[5]["json"]["data"]], key=lambda d: d["memoryId"] != newer) == [
-        {"memoryId": newer, "mode": "hard"}, {"memoryId": node_id, "mode": "hard"}]
+        {"memoryId": newer, "mode": "hard"},
+        {"memoryId": node_id, "mode": "hard"},
+    ]
     assert got[3]["json"]["data"]["memory"]["status"] == "expired"
     assert not any("香菜".encode() in r["raw"] for r in got[4:]), "a forget carries ids only"
     assert counter("delivered") - before == 6
@@ -119,8 +159,10 @@ def test_a_soft_forgotten_cards_content_is_never_sent_after_its_forget(client, t
         _seed(api)
         with transaction.atomic():
             node_id = write(api, create(cilantro()))["results"][0]["nodeId"]
-            api.post("memory/forget", {"id": node_id, "expectedRevision": 1, "explicitUserIntent": True,
-                                       "reason": "user asked"})
+            api.post(
+                "memory/forget",
+                {"id": node_id, "expectedRevision": 1, "explicitUserIntent": True, "reason": "user asked"},
+            )
     bodies = [r["raw"] for r in handler.requests]
     assert [r["json"]["type"] for r in handler.requests] == ["memory.created", "memory.forgotten"]
     assert all("香菜".encode() not in body for body in bodies)
@@ -171,7 +213,8 @@ def test_the_documented_snippet_is_the_tested_code():
 def _due_now(tenant) -> None:  # noqa: ANN001
     with tenant_context(tenant):
         WebhookDelivery.objects.filter(tenant=tenant, status=DeliveryStatus.RETRYING).update(
-            next_attempt_at=timezone.now())
+            next_attempt_at=timezone.now()
+        )
 
 
 def test_a_500_is_retried_with_backoff_then_delivered(client, tenant_a, monkeypatch, committed):
@@ -198,14 +241,19 @@ def test_a_500_is_retried_with_backoff_then_delivered(client, tenant_a, monkeypa
         assert webhook_delivery.webhooks_sweep() == 1
     [done] = deliveries(tenant_a)
     assert (done.status, done.attempts, done.response_code, done.last_error) == (
-        DeliveryStatus.DELIVERED, 3, 204, "")
+        DeliveryStatus.DELIVERED,
+        3,
+        204,
+        "",
+    )
     assert [r["answered"] for r in handler.requests] == [500, 500, 204]
     assert len({r["headers"]["Ekko-Event-Id"] for r in handler.requests}) == 1, "a retry is the same event"
     assert counter("failed") - failed == 2
 
 
-def test_an_endpoint_that_keeps_failing_is_paused_and_the_page_says_why(client, tenant_a, monkeypatch,
-                                                                        settings, committed):
+def test_an_endpoint_that_keeps_failing_is_paused_and_the_page_says_why(
+    client, tenant_a, monkeypatch, settings, committed
+):
     settings.EKKO_WEBHOOK_PAUSE_AFTER = 2
     handler = receiver([503] * 10)
     with loopback_server(handler, monkeypatch) as base:
@@ -223,7 +271,9 @@ def test_an_endpoint_that_keeps_failing_is_paused_and_the_page_says_why(client, 
         assert "HTTP 503" in endpoint.paused_reason
         assert counter("paused") - paused == 1
         _due_now(tenant_a)
-        assert webhook_delivery.webhooks_sweep() == 0 and len(handler.requests) == 2, "paused: nothing is sent"
+        assert webhook_delivery.webhooks_sweep() == 0 and len(handler.requests) == 2, (
+            "paused: nothing is sent"
+        )
         page = signed_in("alice")
         html = page.get("/webhooks/").content.decode()
         assert "paused" in html and "2 failed deliveries in a row" in html and "/resume/" in html
@@ -276,8 +326,16 @@ def test_a_rolled_back_write_sends_nothing(tenant_a, hook, committed):
 
     with committed():
         with pytest.raises(Boom), tenant_context(tenant_a), transaction.atomic():
-            audit_event_record(tenant=tenant_a, event_type="create", node_id=None, workspace_id=None,
-                               session_id=None, actor="system", reason="r", payload=None)
+            audit_event_record(
+                tenant=tenant_a,
+                event_type="create",
+                node_id=None,
+                workspace_id=None,
+                session_id=None,
+                actor="system",
+                reason="r",
+                payload=None,
+            )
             raise Boom
     assert handler.requests == [] and deliveries(tenant_a) == []
 
@@ -285,14 +343,17 @@ def test_a_rolled_back_write_sends_nothing(tenant_a, hook, committed):
 # --------------------------------------------------------------------------- registration and the pages
 
 
-@pytest.mark.parametrize("url,why", [
-    ("ftp://example.com/hook", "http"),
-    ("https://user:pw@example.com/hook", "passwords"),
-    ("http://127.0.0.1:9/hook", "loopback"),
-    ("http://169.254.169.254/latest", "link-local"),
-    ("http://10.0.0.5/hook", "private"),
-    ("http://[::1]/hook", "loopback"),
-])
+@pytest.mark.parametrize(
+    "url,why",
+    [
+        ("ftp://example.com/hook", "http"),
+        ("https://user:pw@example.com/hook", "passwords"),
+        ("http://127.0.0.1:9/hook", "loopback"),
+        ("http://169.254.169.254/latest", "link-local"),
+        ("http://10.0.0.5/hook", "private"),
+        ("http://[::1]/hook", "loopback"),
+    ],
+)
 def test_unsafe_urls_are_refused(settings, url, why):
     settings.EKKO_WEBHOOK_ALLOW_PRIVATE = False
     with pytest.raises(UnsafeUrl, match=why):
@@ -303,7 +364,10 @@ def test_the_secret_is_stored_encrypted(tenant_a):
     issued = register(tenant_a, "https://example.com/hook")
     with tenant_context(tenant_a):
         stored = WebhookEndpoint.objects.get(pk=issued.endpoint.pk)
-    assert issued.secret not in stored.secret_encrypted and secret_decrypt(stored.secret_encrypted) == issued.secret
+    assert (
+        issued.secret not in stored.secret_encrypted
+        and secret_decrypt(stored.secret_encrypted) == issued.secret
+    )
     with pytest.raises(EndpointError, match="at least one event"):
         endpoint_create(tenant=tenant_a, url="https://example.com/x", events=[])
 
@@ -313,12 +377,15 @@ def admin_page(tenant_a) -> Client:  # noqa: ANN001
     return signed_in("alice")
 
 
-@pytest.mark.parametrize("form,message", [
-    ({"url": "not a url", "events": ["memory.created"]}, "http"),
-    ({"url": "http://127.0.0.1/hook", "events": ["memory.created"]}, "private, loopback or link-local"),
-    ({"url": "https://example.com/hook"}, "Choose at least one event."),
-    ({"url": "https://example.com/hook", "events": ["memory.nope"]}, "Select a valid choice"),
-])
+@pytest.mark.parametrize(
+    "form,message",
+    [
+        ({"url": "not a url", "events": ["memory.created"]}, "http"),
+        ({"url": "http://127.0.0.1/hook", "events": ["memory.created"]}, "private, loopback or link-local"),
+        ({"url": "https://example.com/hook"}, "Choose at least one event."),
+        ({"url": "https://example.com/hook", "events": ["memory.nope"]}, "Select a valid choice"),
+    ],
+)
 def test_bad_input_on_the_page_says_why_and_saves_nothing(admin_page, tenant_a, settings, form, message):
     settings.EKKO_WEBHOOK_ALLOW_PRIVATE = False
     response = admin_page.post("/webhooks/", form)
@@ -328,7 +395,9 @@ def test_bad_input_on_the_page_says_why_and_saves_nothing(admin_page, tenant_a, 
 
 
 def test_an_admin_registers_an_endpoint_and_sees_the_secret_once(admin_page, tenant_a):
-    response = admin_page.post("/webhooks/", {"url": "https://example.com/hook", "events": ["memory.created"]})
+    response = admin_page.post(
+        "/webhooks/", {"url": "https://example.com/hook", "events": ["memory.created"]}
+    )
     assert response.status_code == 200 and response["Cache-Control"] == "no-store"
     with tenant_context(tenant_a):
         endpoint = WebhookEndpoint.objects.get()
@@ -349,7 +418,10 @@ def test_a_member_can_neither_see_nor_create_endpoints(tenant_a, role):
     assert 'href="/webhooks/"' not in page.get("/").content.decode()
     listing = page.get("/webhooks/")
     assert listing.status_code == 403 and "example.com" not in listing.content.decode()
-    assert page.post("/webhooks/", {"url": "https://example.org/x", "events": ["memory.created"]}).status_code == 403
+    assert (
+        page.post("/webhooks/", {"url": "https://example.org/x", "events": ["memory.created"]}).status_code
+        == 403
+    )
     with tenant_context(tenant_a):
         endpoint = WebhookEndpoint.objects.get()
         assert WebhookEndpoint.objects.count() == 1

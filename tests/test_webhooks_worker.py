@@ -1,4 +1,4 @@
-"""Signed webhooks on a real Celery worker (marked `worker`): after-commit dispatch, retries, nothing on rollback."""
+"""Signed webhooks on a real Celery worker (marked `worker`): after-commit dispatch, retries, rollbacks."""
 
 from __future__ import annotations
 
@@ -20,12 +20,17 @@ from tests.webhook_receiver import receiver
 from tests.worker import celery_worker, wait_for
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
-WORKER_ENV = {"EKKO_WEBHOOK_ALLOW_PRIVATE": "true", "EKKO_WEBHOOK_RETRY_BASE_SECONDS": "1",
-              "no_proxy": "127.0.0.1", "NO_PROXY": "127.0.0.1"}
+WORKER_ENV = {
+    "EKKO_WEBHOOK_ALLOW_PRIVATE": "true",
+    "EKKO_WEBHOOK_RETRY_BASE_SECONDS": "1",
+    "no_proxy": "127.0.0.1",
+    "NO_PROXY": "127.0.0.1",
+}
 
 
 def test_the_worker_delivers_after_commit_retries_a_500_and_sends_nothing_for_a_rollback(
-        client, tenant_a, queue, monkeypatch, settings, capsys):  # noqa: F811
+    client, tenant_a, queue, monkeypatch, settings, capsys,  # noqa: F811
+):
     settings.EKKO_WEBHOOK_ALLOW_PRIVATE = True
     handler = receiver([500])
     with loopback_server(handler, monkeypatch) as base, celery_worker(queue, WORKER_ENV):
@@ -36,12 +41,27 @@ def test_the_worker_delivers_after_commit_retries_a_500_and_sends_nothing_for_a_
             pass
 
         with pytest.raises(Boom), tenant_context(tenant_a):
-            audit_event_record(tenant=tenant_a, event_type="create", node_id=None, workspace_id=None,
-                               session_id=None, actor="system", reason="rolled back", payload=None)
+            audit_event_record(
+                tenant=tenant_a,
+                event_type="create",
+                node_id=None,
+                workspace_id=None,
+                session_id=None,
+                actor="system",
+                reason="rolled back",
+                payload=None,
+            )
             raise Boom
         api = api_for(client, tenant_a)
-        api.post("messages", {"sessionId": "s", "userId": "alice", "messages": [
-            {"id": "m1", "role": "user", "content": "记住我不吃香菜"}]}, expect=201)
+        api.post(
+            "messages",
+            {
+                "sessionId": "s",
+                "userId": "alice",
+                "messages": [{"id": "m1", "role": "user", "content": "记住我不吃香菜"}],
+            },
+            expect=201,
+        )
         node_id = write(api, create(cilantro()))["results"][0]["nodeId"]
         # The first answer is a 500: the worker waits 1 s, then the sweep's retry (beat) delivers it.
         wait_for(lambda: len(handler.requests) >= 1, timeout=60, what="the first delivery attempt")

@@ -21,11 +21,18 @@ class Receiver(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         status = type(self).statuses.pop(0) if type(self).statuses else 204
-        type(self).requests.append({
-            "path": self.path, "headers": dict(self.headers.items()), "raw": body, "json": json.loads(body),
-            "verified": verify_ekko_signature(type(self).secret, body, self.headers.get("Ekko-Signature", "")),
-            "answered": status,
-        })
+        type(self).requests.append(
+            {
+                "path": self.path,
+                "headers": dict(self.headers.items()),
+                "raw": body,
+                "json": json.loads(body),
+                "verified": verify_ekko_signature(
+                    type(self).secret, body, self.headers.get("Ekko-Signature", "")
+                ),
+                "answered": status,
+            }
+        )
         self.send_response(status)
         self.send_header("Content-Length", "0")
         self.end_headers()

@@ -21,16 +21,23 @@ EVENT_LABELS = {
 
 
 class WebhookEndpointForm(forms.Form):
-    url = forms.CharField(max_length=2000, label=_("Receiver URL"),
-                          help_text=_("https:// address of your service; it receives signed POST requests."))
+    url = forms.CharField(
+        max_length=2000,
+        label=_("Receiver URL"),
+        help_text=_("https:// address of your service; it receives signed POST requests."),
+    )
     description = forms.CharField(max_length=200, required=False, label=_("Description"))
     events = forms.MultipleChoiceField(
-        label=_("Events"), widget=forms.CheckboxSelectMultiple,
+        label=_("Events"),
+        widget=forms.CheckboxSelectMultiple,
         choices=[(str(event), f"{event} — {label}") for event, label in EVENT_LABELS.items()],
         error_messages={"required": _("Choose at least one event.")},
     )
     workspace = forms.TypedChoiceField(
-        required=False, coerce=int, empty_value=None, label=_("Workspace"),
+        required=False,
+        coerce=int,
+        empty_value=None,
+        label=_("Workspace"),
         help_text=_("Only this workspace's events; or every event of the tenant."),
     )
 

@@ -57,14 +57,22 @@ def _plan_endpoint(tenant: Tenant, endpoint: WebhookEndpoint, now: datetime) -> 
         events = list(
             MemoryAuditEvent.objects.filter(tenant=tenant, sequence__gt=endpoint.cursor_sequence)
             .order_by("sequence")
-            .values("id", "sequence", "event_type", "node_id", "workspace_id", "created_at")[:PLAN_BATCH])
+            .values("id", "sequence", "event_type", "node_id", "workspace_id", "created_at")[:PLAN_BATCH]
+        )
         deliveries = [
             WebhookDelivery(
-                tenant=tenant, endpoint=endpoint, event_type=FROM_AUDIT[event["event_type"]],
-                event_id=event["id"], node_id=event["node_id"], workspace_id=event["workspace_id"],
-                occurred_at=event["created_at"], next_attempt_at=now)
+                tenant=tenant,
+                endpoint=endpoint,
+                event_type=FROM_AUDIT[event["event_type"]],
+                event_id=event["id"],
+                node_id=event["node_id"],
+                workspace_id=event["workspace_id"],
+                occurred_at=event["created_at"],
+                next_attempt_at=now,
+            )
             for event in events
-            if event["event_type"] in wanted and event["created_at"] >= endpoint.created_at
+            if event["event_type"] in wanted
+            and event["created_at"] >= endpoint.created_at
             and endpoint.workspace_id in (None, event["workspace_id"])
         ]
         WebhookDelivery.objects.bulk_create(deliveries, ignore_conflicts=True)
@@ -73,7 +81,9 @@ def _plan_endpoint(tenant: Tenant, endpoint: WebhookEndpoint, now: datetime) -> 
             endpoint.cursor_sequence = events[-1]["sequence"]
         if len(events) < PLAN_BATCH:
             break
-    WebhookEndpoint.objects.filter(tenant=tenant, pk=endpoint.pk).update(cursor_sequence=endpoint.cursor_sequence)
+    WebhookEndpoint.objects.filter(tenant=tenant, pk=endpoint.pk).update(
+        cursor_sequence=endpoint.cursor_sequence
+    )
     return added
 
 
@@ -81,8 +91,9 @@ def _plan(tenant: Tenant) -> int:
     now = timezone.now()
     with tenant_context(tenant):
         # Another dispatcher planning the same endpoint skips it: it moves the cursor itself.
-        endpoints = list(WebhookEndpoint.objects.select_for_update(skip_locked=True)
-                         .filter(tenant=tenant, is_active=True))
+        endpoints = list(
+            WebhookEndpoint.objects.select_for_update(skip_locked=True).filter(tenant=tenant, is_active=True)
+        )
         return sum(_plan_endpoint(tenant, endpoint, now) for endpoint in endpoints)
 
 
@@ -91,14 +102,23 @@ def _plan(tenant: Tenant) -> int:
 
 def _claim(tenant: Tenant, now: datetime) -> list[WebhookDelivery]:
     with tenant_context(tenant):
-        active = list(WebhookEndpoint.objects.filter(tenant=tenant, is_active=True).values_list("pk", flat=True))
+        active = list(
+            WebhookEndpoint.objects.filter(tenant=tenant, is_active=True).values_list("pk", flat=True)
+        )
         due = list(
             WebhookDelivery.objects.select_for_update(skip_locked=True)
-            .filter(tenant=tenant, endpoint_id__in=active, next_attempt_at__lte=now,
-                    status__in=[DeliveryStatus.PENDING, DeliveryStatus.RETRYING])
-            .order_by("created_at")[:SEND_BATCH])
+            .filter(
+                tenant=tenant,
+                endpoint_id__in=active,
+                next_attempt_at__lte=now,
+                status__in=[DeliveryStatus.PENDING, DeliveryStatus.RETRYING],
+            )
+            .order_by("created_at")[:SEND_BATCH]
+        )
         # The lease: a second dispatcher leaves these alone while this one sends them.
-        WebhookDelivery.objects.filter(tenant=tenant, pk__in=[d.pk for d in due]).update(next_attempt_at=now + LEASE)
+        WebhookDelivery.objects.filter(tenant=tenant, pk__in=[d.pk for d in due]).update(
+            next_attempt_at=now + LEASE
+        )
         return due
 
 
@@ -136,7 +156,11 @@ def _record(tenant: Tenant, delivery: WebhookDelivery, code: int | None, error: 
         outcome = "delivered" if not error else "failed"
         if not error:
             row.status, row.delivered_at, row.next_attempt_at, row.last_error = (
-                DeliveryStatus.DELIVERED, now, None, "")
+                DeliveryStatus.DELIVERED,
+                now,
+                None,
+                "",
+            )
             endpoint.consecutive_failures = 0
         else:
             row.last_error = error
@@ -148,12 +172,14 @@ def _record(tenant: Tenant, delivery: WebhookDelivery, code: int | None, error: 
                 endpoint.is_active, endpoint.paused_at, outcome = False, now, "paused"
                 endpoint.paused_reason = (
                     f"Paused after {endpoint.consecutive_failures} failed deliveries in a row; "
-                    f"the last one: {error}")[:1000]
+                    f"the last one: {error}"
+                )[:1000]
                 transaction.on_commit(lambda: webhooks_active_forget(tenant.pk))
                 logger.warning("Webhook endpoint %s of tenant %s paused: %s", endpoint.pk, tenant.pk, error)
         row.save()
-        endpoint.save(update_fields=["consecutive_failures", "is_active", "paused_at", "paused_reason",
-                                     "updated_at"])
+        endpoint.save(
+            update_fields=["consecutive_failures", "is_active", "paused_at", "paused_reason", "updated_at"]
+        )
     WEBHOOK_DELIVERIES.labels(outcome=outcome).inc()
     return outcome
 
@@ -179,8 +205,9 @@ def webhooks_dispatch(*, tenant_id: int) -> int:
 def webhooks_sweep() -> int:
     """Dispatch every tenant with an active endpoint (the beat sweep); return how many were delivered."""
     with all_tenants_context():
-        tenant_ids = sorted(set(WebhookEndpoint.all_tenants.filter(is_active=True)
-                                .values_list("tenant_id", flat=True)))
+        tenant_ids = sorted(
+            set(WebhookEndpoint.all_tenants.filter(is_active=True).values_list("tenant_id", flat=True))
+        )
     delivered = 0
     for tenant_id in tenant_ids:
         try:

@@ -54,7 +54,9 @@ def _extraction_data(run: ExtractionRun | None, run_id: UUID | None) -> dict[str
         "sessionId": run.session_id if run is not None else None,
         "status": run.status if run is not None else None,
         "counts": results.get("counts") or {},
-        "memoryIds": sorted({str(i["nodeId"]) for i in items if i.get("outcome") == "applied" and i.get("nodeId")}),
+        "memoryIds": sorted(
+            {str(i["nodeId"]) for i in items if i.get("outcome") == "applied" and i.get("nodeId")}
+        ),
     }
 
 
@@ -66,13 +68,20 @@ def event_body(*, tenant: Tenant, delivery: WebhookDelivery) -> bytes:
     else:
         node, mode = None, None
         if delivery.event_type == WebhookEvent.MEMORY_FORGOTTEN:
-            payload = (MemoryAuditEvent.objects.filter(tenant=tenant, pk=delivery.event_id)
-                       .values_list("payload", flat=True).first())
+            payload = (
+                MemoryAuditEvent.objects.filter(tenant=tenant, pk=delivery.event_id)
+                .values_list("payload", flat=True)
+                .first()
+            )
             # Only a hard forget erases an event's payload: an erased soft forget was followed by one.
             mode = payload.get("mode", "soft") if isinstance(payload, dict) else "hard"
         elif delivery.node_id is not None:
-            node = (MemoryNode.objects.filter(tenant=tenant, pk=delivery.node_id)
-                    .defer("embedding", "search_vector", "search_text").select_related("user").first())
+            node = (
+                MemoryNode.objects.filter(tenant=tenant, pk=delivery.node_id)
+                .defer("embedding", "search_vector", "search_text")
+                .select_related("user")
+                .first()
+            )
         data = _memory_data(delivery, node, mode)
     body = {
         "id": str(delivery.event_id),

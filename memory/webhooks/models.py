@@ -29,11 +29,15 @@ class WebhookEndpoint(TenantOwnedModel):
     """Where a tenant's events go: a URL, the events it wants, a signing secret (encrypted at rest)."""
 
     # Bound to one workspace, the endpoint hears only that workspace's events; unbound, the tenant's.
-    workspace = models.ForeignKey(Workspace, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    workspace = models.ForeignKey(
+        Workspace, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
     url = models.URLField(max_length=2000)
     description = models.CharField(max_length=200, blank=True)
     events = ArrayField(models.CharField(max_length=32, choices=WebhookEvent.choices))
-    secret_encrypted = models.TextField(help_text="Fernet token of the signing secret (memory.webhooks.secrets).")
+    secret_encrypted = models.TextField(
+        help_text="Fernet token of the signing secret (memory.webhooks.secrets)."
+    )
     secret_hint = models.CharField(max_length=8, help_text="Last characters of the secret, for display.")
     is_active = models.BooleanField(default=True, help_text="False while paused.")
     paused_reason = models.TextField(blank=True, default="")
@@ -41,8 +45,9 @@ class WebhookEndpoint(TenantOwnedModel):
     consecutive_failures = models.PositiveIntegerField(default=0)
     # The last audit-chain position turned into deliveries; events at or before it are done.
     cursor_sequence = models.BigIntegerField(default=0)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
-                                   related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -85,7 +90,9 @@ class WebhookDelivery(TenantOwnedModel):
     class Meta:
         constraints = [
             # Dispatching the same events twice (the sweep after a lost enqueue) adds nothing.
-            models.UniqueConstraint(fields=["tenant", "endpoint", "event_id"], name="webhook_delivery_event_uniq"),
+            models.UniqueConstraint(
+                fields=["tenant", "endpoint", "event_id"], name="webhook_delivery_event_uniq"
+            ),
         ]
         indexes = [
             models.Index(fields=["tenant", "status", "next_attempt_at"], name="webhook_delivery_due_idx"),

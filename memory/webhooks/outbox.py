@@ -51,8 +51,9 @@ def _dispatch_after_commit(tenant_id: int) -> None:
 
         dispatch_webhooks.delay(tenant_id)
     except Exception:  # noqa: BLE001 - the write has committed; the sweep delivers what this misses
-        logger.warning("Could not queue the webhook dispatch of tenant %s; the sweep will.", tenant_id,
-                       exc_info=True)
+        logger.warning(
+            "Could not queue the webhook dispatch of tenant %s; the sweep will.", tenant_id, exc_info=True
+        )
 
 
 def webhooks_announce(*, tenant_id: int) -> None:
@@ -60,8 +61,10 @@ def webhooks_announce(*, tenant_id: int) -> None:
     connection = transaction.get_connection()
     # Registered already at this savepoint level: a writer's loop queues one dispatch, not one per event.
     here = set(connection.savepoint_ids)
-    if any(getattr(callback, "webhook_tenant_id", None) == tenant_id and savepoints == here
-           for savepoints, callback, _robust in connection.run_on_commit):
+    if any(
+        getattr(callback, "webhook_tenant_id", None) == tenant_id and savepoints == here
+        for savepoints, callback, _robust in connection.run_on_commit
+    ):
         return
     callback = functools.partial(_dispatch_after_commit, tenant_id)
     callback.webhook_tenant_id = tenant_id  # type: ignore[attr-defined]

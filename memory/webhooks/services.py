@@ -47,8 +47,15 @@ def _secret_fields() -> tuple[str, dict[str, Any]]:
     return secret, {"secret_encrypted": secret_encrypt(secret), "secret_hint": secret[-4:]}
 
 
-def endpoint_create(*, tenant: Tenant, url: str, events: Iterable[str], workspace: Workspace | None = None,
-                    description: str = "", created_by: Any = None) -> IssuedSecret:
+def endpoint_create(
+    *,
+    tenant: Tenant,
+    url: str,
+    events: Iterable[str],
+    workspace: Workspace | None = None,
+    description: str = "",
+    created_by: Any = None,
+) -> IssuedSecret:
     """Register an endpoint and return it with its new secret (refused: EndpointError, nothing saved)."""
     try:
         url = url_check(url)
@@ -66,8 +73,15 @@ def endpoint_create(*, tenant: Tenant, url: str, events: Iterable[str], workspac
     with tenant_context(tenant):
         head = AuditChainHead.objects.filter(tenant=tenant).values_list("sequence", flat=True).first() or 0
         endpoint = WebhookEndpoint.objects.create(
-            tenant=tenant, url=url, events=chosen, workspace=workspace, description=description[:200],
-            created_by=created_by, cursor_sequence=head, **fields)
+            tenant=tenant,
+            url=url,
+            events=chosen,
+            workspace=workspace,
+            description=description[:200],
+            created_by=created_by,
+            cursor_sequence=head,
+            **fields,
+        )
         _changed(tenant)
     return IssuedSecret(endpoint=endpoint, secret=secret)
 
@@ -96,10 +110,12 @@ def endpoint_resume(*, tenant: Tenant, endpoint_id: int) -> WebhookEndpoint:
         endpoint = _locked(tenant, endpoint_id)
         endpoint.is_active, endpoint.paused_at, endpoint.paused_reason = True, None, ""
         endpoint.consecutive_failures = 0
-        endpoint.save(update_fields=["is_active", "paused_at", "paused_reason", "consecutive_failures",
-                                     "updated_at"])
-        WebhookDelivery.objects.filter(tenant=tenant, endpoint_id=endpoint.pk, status=DeliveryStatus.RETRYING
-                                       ).update(next_attempt_at=timezone.now())
+        endpoint.save(
+            update_fields=["is_active", "paused_at", "paused_reason", "consecutive_failures", "updated_at"]
+        )
+        WebhookDelivery.objects.filter(
+            tenant=tenant, endpoint_id=endpoint.pk, status=DeliveryStatus.RETRYING
+        ).update(next_attempt_at=timezone.now())
         _changed(tenant)
         webhooks_announce(tenant_id=tenant.pk)
     return endpoint
@@ -120,12 +136,21 @@ def extraction_completed_record(*, tenant: Tenant, run: ExtractionRun) -> int:
     Paused endpoints get theirs too (sent after a resume), as they get the memory events they missed.
     """
     endpoints = WebhookEndpoint.objects.filter(
-        tenant=tenant, events__contains=[WebhookEvent.EXTRACTION_COMPLETED]).values_list("pk", "workspace_id")
+        tenant=tenant, events__contains=[WebhookEvent.EXTRACTION_COMPLETED]
+    ).values_list("pk", "workspace_id")
     deliveries = [
-        WebhookDelivery(tenant=tenant, endpoint_id=pk, event_type=WebhookEvent.EXTRACTION_COMPLETED,
-                        event_id=run.pk, run_id=run.pk, workspace_id=run.workspace_id,
-                        occurred_at=run.updated_at, next_attempt_at=timezone.now())
-        for pk, workspace_id in endpoints if workspace_id in (None, run.workspace_id)
+        WebhookDelivery(
+            tenant=tenant,
+            endpoint_id=pk,
+            event_type=WebhookEvent.EXTRACTION_COMPLETED,
+            event_id=run.pk,
+            run_id=run.pk,
+            workspace_id=run.workspace_id,
+            occurred_at=run.updated_at,
+            next_attempt_at=timezone.now(),
+        )
+        for pk, workspace_id in endpoints
+        if workspace_id in (None, run.workspace_id)
     ]
     if deliveries:
         WebhookDelivery.objects.bulk_create(deliveries, ignore_conflicts=True)

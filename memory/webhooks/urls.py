@@ -34,8 +34,14 @@ def _addresses(host: str, port: int) -> list[ipaddress.IPv4Address | ipaddress.I
 def _is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
     mapped = getattr(address, "ipv4_mapped", None)
     address = mapped or address
-    return not (address.is_private or address.is_loopback or address.is_link_local or address.is_multicast
-                or address.is_reserved or address.is_unspecified)
+    return not (
+        address.is_private
+        or address.is_loopback
+        or address.is_link_local
+        or address.is_multicast
+        or address.is_reserved
+        or address.is_unspecified
+    )
 
 
 def url_check(url: str, *, resolve: bool = True) -> str:
@@ -55,6 +61,7 @@ def url_check(url: str, *, resolve: bool = True) -> str:
         refused = [str(a) for a in _addresses(parts.hostname, port) if not _is_public(a)]
         if refused:
             raise UnsafeUrl(
-                f"{parts.hostname} points to a private, loopback or link-local address ({', '.join(refused)}); "
-                "webhooks go to public addresses only.")
+                f"{parts.hostname} points to a private, loopback or link-local address "
+                f"({', '.join(refused)}); webhooks go to public addresses only."
+            )
     return url.strip()

@@ -27,15 +27,24 @@ from memory.webhooks.services import (
 LOG_SIZE = 50
 
 
-def _render(request: HttpRequest, access: PageAccess, form: WebhookEndpointForm | None = None, *,
-            issued: IssuedSecret | None = None, status: int = 200) -> HttpResponse:
+def _render(
+    request: HttpRequest,
+    access: PageAccess,
+    form: WebhookEndpointForm | None = None,
+    *,
+    issued: IssuedSecret | None = None,
+    status: int = 200,
+) -> HttpResponse:
     endpoints = list(WebhookEndpoint.objects.filter(tenant=access.tenant).prefetch_related("workspace"))
     urls = {endpoint.pk: endpoint.url for endpoint in endpoints}
     log = list(WebhookDelivery.objects.filter(tenant=access.tenant).order_by("-created_at")[:LOG_SIZE])
     for delivery in log:
         delivery.endpoint_url = urls.get(delivery.endpoint_id, "")
     context: dict[str, Any] = {
-        "access": access, "endpoints": endpoints, "log": log, "issued": issued,
+        "access": access,
+        "endpoints": endpoints,
+        "log": log,
+        "issued": issued,
         "form": form or WebhookEndpointForm(workspaces=access.workspaces),
     }
     response = render(request, "pages/webhooks.html", context, status=status)
@@ -56,9 +65,13 @@ def webhook_list(request: HttpRequest, access: PageAccess) -> HttpResponse:
         return _render(request, access, form, status=400)
     try:
         issued = endpoint_create(
-            tenant=access.tenant, url=form.cleaned_data["url"], events=form.cleaned_data["events"],
-            workspace=form.cleaned_data["workspace"], description=form.cleaned_data["description"],
-            created_by=request.user)
+            tenant=access.tenant,
+            url=form.cleaned_data["url"],
+            events=form.cleaned_data["events"],
+            workspace=form.cleaned_data["workspace"],
+            description=form.cleaned_data["description"],
+            created_by=request.user,
+        )
     except EndpointError as exc:
         form.add_error(exc.field if exc.field in form.fields else None, str(exc))
         return _render(request, access, form, status=400)
@@ -70,8 +83,9 @@ def _endpoint_action(request: HttpRequest, access: PageAccess, endpoint_id: int,
         return refuse(request, access)
     try:
         if action == "rotate":
-            return _render(request, access, issued=endpoint_rotate_secret(tenant=access.tenant,
-                                                                          endpoint_id=endpoint_id))
+            return _render(
+                request, access, issued=endpoint_rotate_secret(tenant=access.tenant, endpoint_id=endpoint_id)
+            )
         if action == "resume":
             endpoint_resume(tenant=access.tenant, endpoint_id=endpoint_id)
             messages.success(request, _("The endpoint is resumed; waiting deliveries are sent now."))
