@@ -447,3 +447,41 @@ def test_the_body_is_compact_json_with_the_documented_fields(client, tenant_a, h
     assert set(body) == {"id", "type", "createdAt", "tenant", "workspaceId", "data"}
     assert body["tenant"] == "tenant-a" and body["data"]["memory"]["title"] == "用户不吃香菜"
     assert json.loads(handler.requests[0]["raw"]) == body
+
+
+def test_a_write_sends_no_extra_statement_for_an_active_endpoint(client, tenant_a, background_queue,
+                                                                  django_capture_on_commit_callbacks):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from memory.webhooks.outbox import webhooks_active, webhooks_active_forget
+
+    api = api_for(client, tenant_a)
+    _seed(api)
+
+    def statements(item: str) -> int:
+        with CaptureQueriesContext(connection) as captured, django_capture_on_commit_callbacks(execute=True):
+            write(api, create(cilantro(itemKey=item, valueJson=item, title=f"不吃{item}", content=f"不要{item}")))
+        return len(captured)
+
+    assert not webhooks_active(tenant_a.pk)  # the cache now knows: no endpoint
+    without = statements("葱")
+    assert "memory.dispatch_webhooks" not in background_queue.pending()
+    register(tenant_a, "https://example.com/hook")
+    webhooks_active_forget(tenant_a.pk)  # what the registration's commit does
+    assert webhooks_active(tenant_a.pk)
+    assert statements("姜") == without, "the after-commit check reads the cache, not the database"
+    assert background_queue.pending().count("memory.dispatch_webhooks") == 1, "one dispatch per write"
+
+
+def test_a_receiver_that_turned_private_is_refused_at_send_time(client, tenant_a, hook, settings, committed):
+    handler, url = hook
+    register(tenant_a, url)  # allowed while EKKO_WEBHOOK_ALLOW_PRIVATE (a dev setup)
+    settings.EKKO_WEBHOOK_ALLOW_PRIVATE = False
+    api = api_for(client, tenant_a)
+    with committed():
+        _seed(api)
+        write(api, create(cilantro()))
+    [refused] = deliveries(tenant_a)
+    assert handler.requests == [] and refused.status == DeliveryStatus.RETRYING
+    assert "loopback" in refused.last_error and refused.response_code is None
