@@ -461,7 +461,8 @@ def test_a_write_sends_no_extra_statement_for_an_active_endpoint(client, tenant_
 
     def statements(item: str) -> int:
         with CaptureQueriesContext(connection) as captured, django_capture_on_commit_callbacks(execute=True):
-            write(api, create(cilantro(itemKey=item, valueJson=item, title=f"不吃{item}", content=f"不要{item}")))
+            card = cilantro(itemKey=item, valueJson=item, title=f"不吃{item}", content=f"不要{item}")
+            write(api, create(card))
         return len(captured)
 
     assert not webhooks_active(tenant_a.pk)  # the cache now knows: no endpoint
@@ -474,7 +475,8 @@ def test_a_write_sends_no_extra_statement_for_an_active_endpoint(client, tenant_
     assert background_queue.pending().count("memory.dispatch_webhooks") == 1, "one dispatch per write"
 
 
-def test_a_receiver_that_turned_private_is_refused_at_send_time(client, tenant_a, hook, settings, committed):
+def test_a_receiver_that_turned_private_is_refused_at_send_time(client, tenant_a, hook, settings,
+                                                                committed):
     handler, url = hook
     register(tenant_a, url)  # allowed while EKKO_WEBHOOK_ALLOW_PRIVATE (a dev setup)
     settings.EKKO_WEBHOOK_ALLOW_PRIVATE = False
