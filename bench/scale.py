@@ -350,7 +350,7 @@ def run_http(port: int, targets: Targets, layout, sections: list[str],  # noqa: 
             say(f"  offered {step.offered:6.1f}/s  achieved {step.run.throughput:6.1f}/s  p50 "
                 f"{stats['p50']:7.1f}  "
                 f"p95 {stats['p95']:7.1f}  p99 {stats['p99']:7.1f} ms  errors {step.run.errors}  "
-                f"({load_average()})")
+                f"({load_average()})" + (f"  first error {step.run.first_error}" if step.run.errors else ""))
         base = single.stats()["p95"]
         steps = saturation(port, big["key"], targets.hybrid("big"), base_rate=single.throughput,
                            base_p95=base, seconds=args.saturation_seconds, report=show)

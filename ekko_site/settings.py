@@ -337,6 +337,15 @@ SPECTACULAR_SETTINGS = {
         "ScopeEnum": "memory.api.serializers.SCOPES", "TypeEnum": "memory.models.NodeType.values",
         "ForgetModeEnum": ["soft", "hard"],
         "QuotaScopeEnum": "memory.api.quota.QUOTA_SCOPES", "QuotaLevelEnum": "memory.api.quota.LEVELS",
+        "ExtractionStateEnum": "memory.models.ExtractionStatus.values",
+        "WriteActionEnum": ["created", "updated", "superseded", "expired", "noop"],
+        "OrganizeTriggerEnum": "memory.organizer.models.OrganizeTrigger.values",
+        "OrganizeModeEnum": "memory.organizer.models.OrganizeMode.values",
+        "OrganizeActionEnum": "memory.organizer.models.OrganizeAction.values",
+        "OrganizeStateEnum": "memory.organizer.models.OrganizeState.values",
+        "OrganizePhaseEnum": "memory.organizer.models.OrganizePhase.values",
+        "OrganizeRiskEnum": "memory.organizer.models.OrganizeRisk.values",
+        "OrganizeDecisionEnum": "memory.organizer.models.OrganizeDecision.values",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
@@ -372,4 +381,6 @@ CELERY_BEAT_SCHEDULE = {
     "sweep-read-audit": {"task": "memory.sweep_read_audit", "schedule": 3600.0},
     "tenant-indexes": {"task": "memory.tenant_indexes", "schedule": float(EKKO_TENANT_INDEX_SWEEP_SECONDS)},
     "retry-webhooks": {"task": "memory.retry_webhooks", "schedule": 30.0},
+    # Opens scheduled organizer runs for tenants whose organize_schedule (daily/weekly) is due.
+    "organize-due": {"task": "memory.organize_due", "schedule": 900.0},
 }

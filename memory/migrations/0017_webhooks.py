@@ -15,7 +15,7 @@ from tenants.db_roles import TenantRowLevelSecurity
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memory', '0014_node_review_state'),
+        ('memory', '0016_organizer'),
         ('tenants', '0003_tenant_hygiene_settings'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]

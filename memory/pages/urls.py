@@ -2,7 +2,17 @@
 
 from django.urls import path
 
-from memory.pages.views import api_keys, dashboard, memories, quota, sessions, signin, webhooks, workspace
+from memory.pages.views import (
+    api_keys,
+    dashboard,
+    memories,
+    organizer,
+    quota,
+    sessions,
+    signin,
+    webhooks,
+    workspace,
+)
 
 urlpatterns = [
     path("", dashboard.dashboard_view, name="dashboard"),
@@ -22,6 +32,9 @@ urlpatterns = [
     path("workspace/export.sqlite", workspace.workspace_export, name="workspace-export"),
     path("workspace/import/", workspace.workspace_import, name="workspace-import"),
     path("quota/", quota.quota_view, name="quota"),
+    path("organizer/", organizer.organizer_view, name="organizer"),
+    path("organizer/<uuid:run_id>/", organizer.organizer_run, name="organizer-run"),
+    path("organizer/<uuid:run_id>/items/<uuid:item_id>/", organizer.organizer_item, name="organizer-item"),
     path("keys/", api_keys.api_keys, name="apikey-list"),
     path("keys/<int:key_id>/revoke/", api_keys.api_key_revoke_view, name="apikey-revoke"),
     path("webhooks/", webhooks.webhook_list, name="webhook-list"),
