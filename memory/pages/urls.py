@@ -11,6 +11,7 @@ from memory.pages.views import (
     quota,
     sessions,
     signin,
+    webhooks,
     workspace,
 )
 
@@ -38,4 +39,8 @@ urlpatterns = [
     path("organizer/<uuid:run_id>/items/<uuid:item_id>/", organizer.organizer_item, name="organizer-item"),
     path("keys/", api_keys.api_keys, name="apikey-list"),
     path("keys/<int:key_id>/revoke/", api_keys.api_key_revoke_view, name="apikey-revoke"),
+    path("webhooks/", webhooks.webhook_list, name="webhook-list"),
+    path("webhooks/<int:endpoint_id>/resume/", webhooks.webhook_resume, name="webhook-resume"),
+    path("webhooks/<int:endpoint_id>/rotate/", webhooks.webhook_rotate, name="webhook-rotate"),
+    path("webhooks/<int:endpoint_id>/delete/", webhooks.webhook_delete, name="webhook-delete"),
 ]
