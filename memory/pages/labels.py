@@ -54,6 +54,7 @@ EVENTS = {
     "expire": _("Expired"),
     "delete": _("Forgotten"),
     "restore": _("Restored"),
+    "accept": _("Accepted after review"),
     "erase": _("Erased for good (receipt)"),
 }
 

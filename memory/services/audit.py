@@ -22,8 +22,6 @@ from memory.services.rows_insert import rows_insert
 from memory.visibility import Viewer
 from tenants.models import Tenant
 
-# The actor of the background extractor's writes: a hard forget also erases the cards it derived.
-EXTRACTOR_ACTOR = "system:extractor"
 # The first key of the advisory lock the chain's insert trigger takes (the tenant id is the second).
 AUDIT_CHAIN_LOCK = 1162562383
 
