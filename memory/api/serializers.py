@@ -291,10 +291,8 @@ class NodeDraftSerializer(ValueJsonMixin, serializers.Serializer):
 
 
 class WriteOperationSerializer(serializers.Serializer):
-    operation = serializers.ChoiceField(
-        choices=["create", "update", "supersede", "expire", "accept"],
-        help_text="accept marks an unreviewed card (one the extractor inferred) reviewed: targetId and "
-                  "expectedRevision, no node.")
+    # accept marks an unreviewed card (one the extractor inferred) reviewed: targetId, expectedRevision.
+    operation = serializers.ChoiceField(choices=["create", "update", "supersede", "expire", "accept"])
     targetId = serializers.UUIDField(required=False, allow_null=True, source="target_id")
     expectedRevision = serializers.IntegerField(min_value=1, required=False, allow_null=True,
                                                 source="expected_revision")
