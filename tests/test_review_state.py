@@ -1,4 +1,4 @@
-"""Review state (issue 14, seed 001): the extractor's cards wait for review, agents' and people's writes do not.
+"""Review state (issue 14, seed 001): the extractor's cards wait for review; agents' and people's do not.
 
 One rule (`memory.rules.review.review_state_for`) decides it on every write path; `memory/write`
 `accept` marks an unreviewed card reviewed through the write service, with an audit event, under
@@ -10,13 +10,15 @@ from __future__ import annotations
 import pytest
 
 from memory.models import MemoryAuditEvent, MemoryNode
-from memory.rules.review import EXTRACTOR_ACTOR, review_state_for
+from memory.rules.review import EXTRACTOR_ACTOR, REVIEW_LEGEND, confidence_band, review_mark, review_state_for
+from memory.search.context import build_context
 from memory.services import NodeWrite, node_write_batch, node_write_bulk
 from memory.visibility import Viewer
 from tenants.context import tenant_context
 from tests.api_client import api_for
 from tests.memory_factories import default_workspace, make_workspace
 from tests.test_api_memory_rules import cilantro, create, write
+from tests.test_context_pack import world  # noqa: F401 - fixture: tenant A's session with tenant B as noise
 from tests.test_stale_targets import owner, snapshot, with_evidence
 from tests.test_turn_lifecycle import REMEMBER, Turns
 
@@ -44,13 +46,15 @@ def test_review_state_rule(actor, operation, current, changed, expected):  # noq
 
 def extractor_viewer(tenant, workspace=None) -> Viewer:  # noqa: ANN001
     return Viewer(tenant=tenant, workspace=workspace or default_workspace(tenant), session_id="s-1",
-                  write_scopes=frozenset({"session", "workspace", "user"}), read_only=False, actor=EXTRACTOR_ACTOR)
+                  write_scopes=frozenset({"session", "workspace", "user"}), read_only=False,
+                  actor=EXTRACTOR_ACTOR)
 
 
 def extractor_card(tenant, **node) -> dict:  # noqa: ANN001, ANN003
     """Write a workspace card the way the extractor does (node_write_bulk as system:extractor)."""
-    draft = {"kind": "hard_constraint", "item_key": "no-orm-raw", "scope": "workspace", "title": "不用原生 SQL",
-             "content": "项目里不用原生 SQL。", "value_json": "不用原生 SQL", "value_json_given": True, **node}
+    draft = {"kind": "hard_constraint", "item_key": "no-orm-raw", "scope": "workspace",
+             "title": "不用原生 SQL", "content": "项目里不用原生 SQL。", "value_json": "不用原生 SQL",
+             "value_json_given": True, **node}
     [outcome] = node_write_bulk(writes=[NodeWrite(
         viewer=extractor_viewer(tenant, node.pop("workspace", None)), explicit_user_intent=False,
         operations=[{"operation": "create", "node": draft, "reason": "inferred"}])], skip_invalid=False)
@@ -67,7 +71,8 @@ def test_the_extractors_card_is_unreviewed_and_the_agents_own_write_is_reviewed(
     assert turns.api.get(f"memory/nodes/{card.pk}")["reviewState"] == "unreviewed"
 
     agent = with_evidence(api_for(client, tenant_a), "alice")
-    written = write(agent, create(cilantro(itemKey="芫荽", valueJson="芫荽", title="用户不吃芫荽")))["results"][0]
+    coriander = cilantro(itemKey="芫荽", valueJson="芫荽", title="用户不吃芫荽")
+    written = write(agent, create(coriander))["results"][0]
     node = agent.get(f"memory/nodes/{written['nodeId']}")
     assert node["reviewState"] == "reviewed"
     found = agent.post("memory/search", {"all": True, "userId": "alice"})
@@ -92,9 +97,10 @@ def test_an_extractor_restatement_keeps_a_persons_review(tenant_a):  # noqa: ANN
     card = extractor_card(tenant_a)
     node_write_batch(viewer=owner(tenant_a), explicit_user_intent=False, operations=[
         {"operation": "accept", "target_id": card["id"], "expected_revision": 1, "reason": "ok"}])
+    again = {"operation": "update", "target_id": card["id"], "expected_revision": 2, "reason": "again",
+             "node": {"content": "项目里不用原生 SQL。"}}
     [outcome] = node_write_bulk(writes=[NodeWrite(viewer=extractor_viewer(tenant_a), explicit_user_intent=False,
-        operations=[{"operation": "update", "target_id": card["id"], "expected_revision": 2, "reason": "again",
-                     "node": {"content": "项目里不用原生 SQL。"}}])], skip_invalid=False)
+                                                  operations=[again])], skip_invalid=False)
     assert outcome.results[0].action == "noop"
     with tenant_context(tenant_a):
         assert MemoryNode.objects.get(pk=card["id"]).review_state == "reviewed"
@@ -159,3 +165,33 @@ def test_tools_and_schema_name_accept(client, tenant_a):  # noqa: ANN001
     assert "accept" in operation["enum"]
     node = client.get("/api/schema/?format=json").json()["components"]["schemas"]["MemoryNode"]
     assert "reviewState" in node["required"]
+
+
+# --------------------------------------------------------------------------- context marks
+
+@pytest.mark.parametrize(("confidence", "band"), [
+    (0.95, "h"), (0.8, "h"), (0.79, "m"), (0.5, "m"), (0.49, "l"), (0.0, "l"), (None, "?")])
+def test_confidence_bands(confidence, band):  # noqa: ANN001
+    assert confidence_band(confidence) == band
+    assert review_mark("unreviewed", confidence) == f"*{band}"
+    assert review_mark("reviewed", confidence) == ""
+
+
+def test_context_marks_unreviewed_cards_with_their_band_and_adds_the_legend(world):  # noqa: ANN001, F811
+    world.node(title="用户不吃香菜", item_key="香菜", review_state="reviewed", confidence=0.95)
+    world.node(title="用户可能不吃芫荽", item_key="芫荽", review_state="unreviewed", confidence=0.85)
+    world.node(title="用户也许少吃辣", item_key="辣", review_state="unreviewed", confidence=0.6)
+    world.node(title="用户大概不吃葱", item_key="葱", review_state="unreviewed", confidence=0.4)
+    prompt = build_context(viewer=world.viewer, query_text="香菜", token_budget=4000).prompt
+    lines = prompt.splitlines()
+    assert lines[0] == REVIEW_LEGEND
+    assert "- 用户不吃香菜" in lines
+    assert {"- *h 用户可能不吃芫荽", "- *m 用户也许少吃辣", "- *l 用户大概不吃葱"} <= set(lines)
+    assert sum(line.startswith("- *") for line in lines) == 3
+
+
+def test_context_without_unreviewed_cards_has_no_legend(world):  # noqa: ANN001, F811
+    world.node(title="用户不吃香菜", item_key="香菜", review_state="reviewed", confidence=0.95)
+    prompt = build_context(viewer=world.viewer, query_text="香菜", token_budget=4000).prompt
+    assert "- 用户不吃香菜" in prompt.splitlines()
+    assert REVIEW_LEGEND not in prompt and "*h" not in prompt

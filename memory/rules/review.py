@@ -30,3 +30,22 @@ def review_state_for(*, actor: str, operation: str, current: str | None = None, 
     if operation == "update" and not changed and current in REVIEW_STATES:
         return current
     return UNREVIEWED
+
+
+# Seed 001's overview marks: the band of an unreviewed card's confidence.
+CONFIDENCE_BANDS = ((0.8, "h"), (0.5, "m"))
+LOW_BAND, UNKNOWN_BAND = "l", "?"
+REVIEW_LEGEND = ("Memories marked *h/*m/*l/*? are unreviewed (inferred, not confirmed by the user); "
+                 "the letter is their confidence: h >= 0.8, m >= 0.5, l < 0.5, ? unknown.")
+
+
+def confidence_band(confidence: float | None) -> str:
+    """Return the band letter of `confidence`: h (>= 0.8), m (>= 0.5), l (below), ? (none)."""
+    if confidence is None:
+        return UNKNOWN_BAND
+    return next((band for floor, band in CONFIDENCE_BANDS if confidence >= floor), LOW_BAND)
+
+
+def review_mark(review_state: str, confidence: float | None) -> str:
+    """Return the prompt mark of a card: `*<band>` when unreviewed, empty when reviewed."""
+    return f"*{confidence_band(confidence)}" if review_state == UNREVIEWED else ""

@@ -15,6 +15,7 @@ from typing import Any
 
 from memory.models import MemoryMessage, MemoryNode, MemorySummary, NodeType
 from memory.rules.kinds import ALWAYS_RECALLED_KINDS
+from memory.rules.review import REVIEW_LEGEND, review_mark
 from memory.rules.text import count_tokens, truncate_to_tokens
 
 __all__ = ["RECENT", "PromptPlan"]
@@ -45,7 +46,8 @@ def _node_line(node: MemoryNode) -> str:
     text = title if not content or content == title else f"{title}: {content}"
     if node.type == NodeType.TASK and isinstance(node.value_json, dict) and node.value_json.get("status"):
         text += f" (status: {_one_line(str(node.value_json['status']))})"
-    return f"- {text}"
+    mark = review_mark(node.review_state, node.confidence)
+    return f"- {mark} {text}" if mark else f"- {text}"
 
 
 def _summary_text(summary: MemorySummary) -> str:
@@ -139,6 +141,9 @@ class _Layer:
 
 def _render(items: Sequence[_Item]) -> str:
     lines: list[str] = []
+    if any(isinstance(item.source, MemoryNode)
+           and review_mark(item.source.review_state, item.source.confidence) for item in items):
+        lines.append(REVIEW_LEGEND)  # the marks mean nothing to the model without it
     for section in SECTION_ORDER:
         section_items = [item for item in items if item.section == section]
         if section_items:
