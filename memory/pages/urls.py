@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from memory.pages.views import api_keys, dashboard, memories, quota, sessions, signin, workspace
+from memory.pages.views import api_keys, dashboard, memories, quota, review, sessions, signin, workspace
 
 urlpatterns = [
     path("", dashboard.dashboard_view, name="dashboard"),
@@ -16,6 +16,8 @@ urlpatterns = [
     path("memories/<uuid:node_id>/edit/", memories.memory_edit, name="memory-edit"),
     path("memories/<uuid:node_id>/forget/", memories.memory_forget, name="memory-forget"),
     path("memories/<uuid:node_id>/restore/", memories.memory_restore, name="memory-restore"),
+    path("review/", review.review_list, name="review-list"),
+    path("review/act/", review.review_act, name="review-act"),
     path("sessions/", sessions.session_list, name="session-list"),
     path("sessions/<path:session_id>/", sessions.session_detail, name="session-detail"),
     path("workspace/", workspace.workspace_view, name="workspace"),
