@@ -34,8 +34,8 @@ def queue(tenant_a, tenant_b):  # noqa: ANN001
     secret = make_workspace(tenant=tenant_a, name="Secret")
     said = make_message(tenant=tenant_a, workspace=home, session_id="chat-1", content="我好像不太吃葱。")
     cards = {
-        "alice": make_node(tenant=tenant_a, workspace=home, user=alice, title="alice 可能不吃葱", item_key="葱",
-                           review_state="unreviewed", confidence=0.6),
+        "alice": make_node(tenant=tenant_a, workspace=home, user=alice, title="alice 可能不吃葱",
+                           item_key="葱", review_state="unreviewed", confidence=0.6),
         "mia": make_node(tenant=tenant_a, workspace=home, user=mia, title="mia 可能不吃葱", item_key="葱",
                          review_state="unreviewed", confidence=0.85),
         "alice_too": make_node(tenant=tenant_a, workspace=home, user=alice, title="alice 也许少吃辣",
@@ -124,7 +124,8 @@ def test_a_member_cannot_act_on_foreign_cards_and_a_viewer_cannot_act(queue):  #
                                       "action": "accept"})
     assert mixed.status_code == 404
     viewer = signed_in("vera")
-    assert viewer.post("/review/act/", {"target": target(cards["mia"]), "action": "accept"}).status_code == 403
+    refused = viewer.post("/review/act/", {"target": target(cards["mia"]), "action": "accept"})
+    assert refused.status_code == 403
     assert snapshot(tenant, other) == before
 
 

@@ -68,7 +68,8 @@ def review_act(request: HttpRequest, access: PageAccess) -> HttpResponse:
     targets = form.cleaned_data["target"]
     try:
         _still_waiting(access, [pk for pk, _rev in targets])
-        done = _accept(access, targets) if form.cleaned_data["action"] == "accept" else _reject(access, targets)
+        act = _accept if form.cleaned_data["action"] == "accept" else _reject
+        done = act(access, targets)
     except NotFound:
         raise  # another's card and a missing one answer alike: 404 (tenant_page)
     except MemoryServiceError as exc:
