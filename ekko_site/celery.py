@@ -9,7 +9,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ekko_site.settings")
 
 app = Celery("ekko", task_cls="ekko_site.inprocess:InProcessTask")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["memory.pipeline"])  # memory/pipeline/tasks.py
+app.autodiscover_tasks(["memory.pipeline", "memory.webhooks"])  # memory/{pipeline,webhooks}/tasks.py
 
 
 @signals.worker_init.connect

@@ -262,6 +262,17 @@ EKKO_EXTRACT_STALE_SECONDS = env_int("EKKO_EXTRACT_STALE_SECONDS", 600)
 EKKO_SUMMARY_EVERY_MESSAGES = env_int("EKKO_SUMMARY_EVERY_MESSAGES", 20)
 # Read audit (memory/services/reads.py): who read which card is kept this many days.
 EKKO_READ_AUDIT_DAYS = env_int("EKKO_READ_AUDIT_DAYS", 30)
+# Signed webhooks (memory/webhooks/, docs/webhooks.md). The signing secrets are encrypted at rest with
+# EKKO_WEBHOOK_KEY (any string; derived from SECRET_KEY when empty). Private, loopback and link-local
+# receivers are refused unless EKKO_WEBHOOK_ALLOW_PRIVATE (tests and development only).
+EKKO_WEBHOOK_KEY = os.environ.get("EKKO_WEBHOOK_KEY", "")
+EKKO_WEBHOOK_ALLOW_PRIVATE = env_bool("EKKO_WEBHOOK_ALLOW_PRIVATE", False)
+EKKO_WEBHOOK_TIMEOUT = float(os.environ.get("EKKO_WEBHOOK_TIMEOUT", "5"))
+EKKO_WEBHOOK_MAX_ATTEMPTS = env_int("EKKO_WEBHOOK_MAX_ATTEMPTS", 8)
+EKKO_WEBHOOK_RETRY_BASE_SECONDS = env_int("EKKO_WEBHOOK_RETRY_BASE_SECONDS", 30)
+EKKO_WEBHOOK_RETRY_MAX_SECONDS = env_int("EKKO_WEBHOOK_RETRY_MAX_SECONDS", 3600)
+# An endpoint is paused after this many failed attempts in a row (an admin resumes it on /webhooks/).
+EKKO_WEBHOOK_PAUSE_AFTER = env_int("EKKO_WEBHOOK_PAUSE_AFTER", 10)
 # A tenant with this many cards (or messages) gets its own partial HNSW and GIN indexes and term statistics,
 # dropped again below half of it (memory/tenant_indexes.py, swept every EKKO_TENANT_INDEX_SWEEP_SECONDS);
 # 0 turns them off.
@@ -326,6 +337,15 @@ SPECTACULAR_SETTINGS = {
         "ScopeEnum": "memory.api.serializers.SCOPES", "TypeEnum": "memory.models.NodeType.values",
         "ForgetModeEnum": ["soft", "hard"],
         "QuotaScopeEnum": "memory.api.quota.QUOTA_SCOPES", "QuotaLevelEnum": "memory.api.quota.LEVELS",
+        "ExtractionStateEnum": "memory.models.ExtractionStatus.values",
+        "WriteActionEnum": ["created", "updated", "superseded", "expired", "noop"],
+        "OrganizeTriggerEnum": "memory.organizer.models.OrganizeTrigger.values",
+        "OrganizeModeEnum": "memory.organizer.models.OrganizeMode.values",
+        "OrganizeActionEnum": "memory.organizer.models.OrganizeAction.values",
+        "OrganizeStateEnum": "memory.organizer.models.OrganizeState.values",
+        "OrganizePhaseEnum": "memory.organizer.models.OrganizePhase.values",
+        "OrganizeRiskEnum": "memory.organizer.models.OrganizeRisk.values",
+        "OrganizeDecisionEnum": "memory.organizer.models.OrganizeDecision.values",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
@@ -360,4 +380,7 @@ CELERY_BEAT_SCHEDULE = {
     "embed-missing": {"task": "memory.embed_missing", "schedule": 300.0},
     "sweep-read-audit": {"task": "memory.sweep_read_audit", "schedule": 3600.0},
     "tenant-indexes": {"task": "memory.tenant_indexes", "schedule": float(EKKO_TENANT_INDEX_SWEEP_SECONDS)},
+    "retry-webhooks": {"task": "memory.retry_webhooks", "schedule": 30.0},
+    # Opens scheduled organizer runs for tenants whose organize_schedule (daily/weekly) is due.
+    "organize-due": {"task": "memory.organize_due", "schedule": 900.0},
 }

@@ -18,6 +18,7 @@ from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
 from memory.models import MemoryAuditEvent, MemoryNode, MemoryReadEvent
+from memory.webhooks.models import WebhookDelivery, WebhookEndpoint
 from tenants.admin import AllTenantsAdmin
 
 ACTOR_CHOICES_FROM_LATEST = 10_000
@@ -218,3 +219,22 @@ class MemoryReadEventAdmin(ReadOnlyAdmin):
     def node_link(self, read: MemoryReadEvent) -> str:
         return format_html('<a href="{}"><code>{}</code></a>', events_url(node_id=read.node_id),
                            str(read.node_id)[:8])
+
+
+@admin.register(WebhookEndpoint)
+class WebhookEndpointAdmin(ReadOnlyAdmin):
+    list_display = ["url", "tenant", "workspace", "is_active", "consecutive_failures", "paused_reason",
+                    "updated_at"]
+    list_filter = ["tenant", "is_active"]
+    search_fields = ["url", "description"]
+    exclude = ["secret_encrypted"]  # the signing secret never leaves the pages' one-time display
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(ReadOnlyAdmin):
+    list_display = ["event_type", "event_id", "tenant", "endpoint", "status", "attempts", "response_code",
+                    "last_error", "created_at"]
+    list_filter = ["tenant", "status", "event_type"]
+    search_fields = ["event_id", "node_id", "last_error"]
+    list_select_related = ["endpoint", "tenant"]
+    show_full_result_count = False

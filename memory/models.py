@@ -408,3 +408,20 @@ class MemoryTermStat(TenantOwnedModel):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "source", "term"], name="term_stat_uniq")]
+
+
+# The organizer's runs and items (seed 001), kept in their own module.
+from memory.organizer.models import (  # noqa: E402, F401 - re-exported
+    OrganizeAction,
+    OrganizeDecision,
+    OrganizeItem,
+    OrganizeMode,
+    OrganizePhase,
+    OrganizeRisk,
+    OrganizeRun,
+    OrganizeState,
+    OrganizeTrigger,
+)
+
+# The webhook tables live beside their code; importing them here registers them with the memory app.
+from memory.webhooks.models import WebhookDelivery, WebhookEndpoint  # noqa: E402, F401

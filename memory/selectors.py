@@ -103,18 +103,43 @@ class NodeHistory:
 
 
 def node_history(*, viewer: Viewer, node_id: str | UUID) -> NodeHistory:
-    """Return the supersede chain through the node (oldest first) and the audit events of every link."""
+    """Return the supersede chain through the node (oldest first) and the audit events of every link.
+
+    An organizer merge supersedes several cards with one: the chain holds all of them (its audit events
+    name them, `mergedFrom` on the merged card and `mergedInto` on each source), ordered by creation.
+    """
     node = node_get(viewer=viewer, node_id=node_id)
     with tenant_context(viewer.tenant, savepoint=False):
         nodes = accessible_nodes(viewer)
-        older = supersede_chain_walk(nodes, [node], direction="older", limit=1000)
-        newer = supersede_chain_walk(nodes, [node], direction="newer", limit=1000)
-        chain = [*reversed(older), node, *newer]
-        events = list(
-            MemoryAuditEvent.objects.filter(tenant=viewer.tenant, node_id__in=[n.pk for n in chain])
-            .order_by("created_at", "id")
-        )
+        chain = _chain_through(nodes, [node])
+        events = _chain_events(viewer, chain)
+        linked = _merge_links(events) - {n.pk for n in chain}
+        if linked:
+            chain = _chain_through(nodes, [node, *nodes.filter(pk__in=sorted(linked, key=str))])
+            events = _chain_events(viewer, chain)
     return NodeHistory(chain=chain, events=events)
+
+
+def _chain_through(nodes: QuerySet[MemoryNode], start: list[MemoryNode]) -> list[MemoryNode]:
+    older = supersede_chain_walk(nodes, start, direction="older", limit=1000)
+    newer = supersede_chain_walk(nodes, start, direction="newer", limit=1000)
+    found = {n.pk: n for n in [*older, *start, *newer]}
+    return sorted(found.values(), key=lambda n: (n.created_at, n.revision))
+
+
+def _chain_events(viewer: Viewer, chain: list[MemoryNode]) -> list[MemoryAuditEvent]:
+    return list(MemoryAuditEvent.objects.filter(tenant=viewer.tenant, node_id__in=[n.pk for n in chain])
+                .order_by("created_at", "id"))
+
+
+def _merge_links(events: list[MemoryAuditEvent]) -> set[UUID]:
+    linked: set[UUID] = set()
+    for event in events:
+        payload = event.payload if isinstance(event.payload, dict) else {}
+        for ref in [*payload.get("mergedFrom", []), payload.get("mergedInto")]:
+            if ref:
+                linked.add(UUID(str(ref)))
+    return linked
 
 
 @dataclass(frozen=True)

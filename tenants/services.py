@@ -77,19 +77,36 @@ def tenant_card_limit_set(*, tenant: Tenant, card_limit: int, changed_by: Abstra
     old and the new limit and `via`, where it was made), so the tenant's history shows every change,
     whoever made it. Setting the limit it already has changes and logs nothing.
     """
-    from django.contrib.admin.models import CHANGE, LogEntry
-
     if card_limit < 1:
         raise ValueError("card_limit must be at least 1.")
+    return _tenant_setting_set(tenant=tenant, field="card_limit", label="card limit", value=card_limit,
+                               changed_by=changed_by, via=via)
+
+
+def tenant_organize_schedule_set(*, tenant: Tenant, schedule: str, changed_by: AbstractBaseUser,
+                                 via: str = "organizer page") -> Tenant:
+    """Set how often the organizer runs on its own (off, daily, weekly); logged like the card limit."""
+    from tenants.models import OrganizeSchedule
+
+    if schedule not in OrganizeSchedule.values:
+        raise ValueError(f"schedule must be one of {', '.join(OrganizeSchedule.values)}.")
+    return _tenant_setting_set(tenant=tenant, field="organize_schedule", label="organize schedule",
+                               value=schedule, changed_by=changed_by, via=via)
+
+
+def _tenant_setting_set(*, tenant: Tenant, field: str, label: str, value: object,
+                        changed_by: AbstractBaseUser, via: str) -> Tenant:
+    from django.contrib.admin.models import CHANGE, LogEntry
+
     with transaction.atomic():
-        before = Tenant.objects.select_for_update().values_list("card_limit", flat=True).get(pk=tenant.pk)
-        tenant.card_limit = card_limit
-        if before == card_limit:
+        before = Tenant.objects.select_for_update().values_list(field, flat=True).get(pk=tenant.pk)
+        setattr(tenant, field, value)
+        if before == value:
             return tenant
-        Tenant.objects.filter(pk=tenant.pk).update(card_limit=card_limit)
+        Tenant.objects.filter(pk=tenant.pk).update(**{field: value})
         LogEntry.objects.log_actions(
             user_id=changed_by.pk, queryset=[tenant], action_flag=CHANGE, single_object=True,
-            change_message=f"Changed card limit from {before} to {card_limit} ({via}).")
+            change_message=f"Changed {label} from {before} to {value} ({via}).")
     return tenant
 
 

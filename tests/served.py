@@ -42,7 +42,9 @@ def served_app(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator
     env = {**os.environ, "EKKO_DATABASE_NAME": connections["default"].settings_dict["NAME"],
            "DJANGO_ALLOWED_HOSTS": "127.0.0.1", "EKKO_RATE_LIMIT": "1000000/min",
            "EKKO_METRICS_TOKEN": METRICS_TOKEN, "PROMETHEUS_MULTIPROC_DIR": str(state / "metrics"),
-           "EKKO_LOG_FORMAT": "json", "EKKO_LOG_LEVEL": "INFO"}
+           "EKKO_LOG_FORMAT": "json", "EKKO_LOG_LEVEL": "INFO",
+           # Webhook tests deliver to a receiver on loopback, which production refuses.
+           "EKKO_WEBHOOK_ALLOW_PRIVATE": "true", "no_proxy": "127.0.0.1", "NO_PROXY": "127.0.0.1"}
     env.pop("DATABASE_URL", None)
     env.pop("CELERY_BROKER_URL", None)
     (state / "metrics").mkdir()

@@ -69,6 +69,8 @@ ALLOWLIST: tuple[CrossShard, ...] = (
                "imports: a temporary staging table shaped LIKE a tenant table (local DDL, reads no rows)"),
     CrossShard("memory.pipeline.runs.extraction_retry_due",
                "retry sweep: finds the due extraction runs of every tenant, then runs each in its tenant"),
+    CrossShard("memory.webhooks.delivery.webhooks_sweep",
+               "webhook sweep: finds the tenants with an active endpoint, then dispatches each in its tenant"),
     CrossShard("memory.backlog.background_backlog",
                "the metrics scrape: capped counts of the work waiting in every tenant (queue depths)"),
     CrossShard("memory.management.commands._workspace.resolve_workspace",

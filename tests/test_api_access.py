@@ -34,6 +34,7 @@ def two_tenants(client, tenant_a, tenant_b):  # noqa: ANN001
     api_a, api_b = api_for(client, tenant_a), api_for(client, tenant_b)
     node_b = _seed(api_b, "bob")
     node_b["extractTaskId"] = api_b.post("extract", {"sessionId": "s"}, expect=202)["taskId"]
+    node_b["organizeRunId"] = api_b.post("memory/organize", {"userId": "bob"}, expect=202)["runId"]
     with tenant_context(tenant_b):
         workspace_b = Workspace.objects.get(slug="default").pk
     return api_a, node_b, workspace_b
@@ -68,6 +69,11 @@ def _crossing_requests(node_b: dict, ws_b: int) -> dict[str, list[tuple[str, str
         "api-extract-status": [("GET", f"extract/{node_b['extractTaskId']}", {})],
         "api-memory-quota": [("GET", "memory/quota", {"workspaceId": ws_b}),
                              ("GET", "memory/quota", {"userId": "bob"})],
+        "api-memory-organize": [("POST", "memory/organize", {"scope": "workspace", "workspaceId": ws_b}),
+                                ("POST", "memory/organize", {"userId": "bob"})],
+        "api-memory-organize-status": [("GET", f"memory/organize/{node_b['organizeRunId']}", {})],
+        "api-memory-organize-item": [("POST", f"memory/organize/{node_b['organizeRunId']}/items/"
+                                      "00000000-0000-0000-0000-000000000000", {"decision": "apply"})],
     }
 
 

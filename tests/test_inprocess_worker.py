@@ -154,7 +154,8 @@ def test_a_serving_process_runs_the_beat_schedule_from_its_start(transactional_d
 
 def test_the_beat_schedule_is_celerys_and_each_sweep_runs_on_its_interval(private, clock, settings):
     assert set(app.conf.beat_schedule) == set(settings.CELERY_BEAT_SCHEDULE) == {
-        "expire-nodes", "retry-extractions", "embed-missing", "sweep-read-audit", "tenant-indexes"}
+        "expire-nodes", "retry-extractions", "embed-missing", "sweep-read-audit", "tenant-indexes",
+        "organize-due", "retry-webhooks"}
     private.schedule({"tick": {"task": "tests.inprocess.record", "schedule": 60.0, "args": ("tick",)},
                       "tock": {"task": "tests.inprocess.record", "schedule": timedelta(minutes=5),
                                "args": ("tock",)}})

@@ -11,6 +11,7 @@ card of another workspace, for keys and for members.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import URLPattern
 
 from memory.api import urls as api_urls
-from memory.models import ExtractionRun, MemoryMessage, MemoryNode, MemorySummary
+from memory.models import ExtractionRun, MemoryMessage, MemoryNode, MemorySummary, OrganizeRun
 from tenants.context import tenant_context
 from tenants.models import Role, Tenant, Workspace, WorkspaceMember
 from tenants.services import membership_set, workspace_create
@@ -99,6 +100,9 @@ def office(client, tenant_a):  # noqa: ANN001
         expect=201,
     )
     y_run = agent.post("extract", {"sessionId": "s-y", "workspaceId": y.slug}, expect=202)["taskId"]
+    y_organize = agent.post("memory/organize", {"scope": "workspace", "workspaceId": y.slug},
+                            expect=202)["runId"]
+    ben_organize = agent.post("memory/organize", {"userId": "ben"}, expect=202)["runId"]
     return {
         "tenant": tenant_a,
         "x": x,
@@ -109,6 +113,8 @@ def office(client, tenant_a):  # noqa: ANN001
         "y_card": y_card,
         "ben_card": ben_card,
         "y_run": y_run,
+        "y_organize": y_organize,
+        "ben_organize": ben_organize,
     }
 
 
@@ -125,6 +131,7 @@ def _state(office: dict) -> dict:
             + sorted(MemoryMessage.objects.filter(user=ben).values_list("message_id", "content")),
             "summaries": MemorySummary.objects.filter(workspace=y).count(),
             "runs": sorted(ExtractionRun.objects.filter(workspace=y).values_list("pk", flat=True)),
+            "organize_runs": OrganizeRun.objects.count(),
             "workspaces": sorted(Workspace.objects.values_list("slug", flat=True)),
         }
 
@@ -309,6 +316,18 @@ def _member_requests(office: dict) -> dict[str, list[tuple[str, str, dict, tuple
         "api-memory-quota": [
             ("GET", "memory/quota", {"workspaceId": y}, NOT_FOUND),
             ("GET", "memory/quota", {"userId": "ben"}, NOT_FOUND),
+        ],
+        "api-memory-organize": [
+            ("POST", "memory/organize", {"scope": "workspace", "workspaceId": y}, NOT_FOUND),
+            ("POST", "memory/organize", {"userId": "ben"}, NOT_FOUND),
+        ],
+        "api-memory-organize-status": [
+            ("GET", f"memory/organize/{office['y_organize']}", {}, NOT_FOUND),
+            ("GET", f"memory/organize/{office['ben_organize']}", {}, NOT_FOUND),
+        ],
+        "api-memory-organize-item": [
+            ("POST", f"memory/organize/{run}/items/{uuid.UUID(int=0)}", {"decision": "apply"}, NOT_FOUND)
+            for run in (office["y_organize"], office["ben_organize"])
         ],
     }
 

@@ -96,6 +96,8 @@ BYPASS_ALLOWED = {
         "the retry sweep finds due runs of every tenant, then works in each tenant's context",
     "memory/management/commands/_workspace.py": "a CLI operator names a workspace by id",
     "memory/backlog.py": "the metrics scrape counts the waiting work of every tenant (counts only)",
+    "memory/webhooks/delivery.py":
+        "the webhook sweep finds tenants with an active endpoint, then dispatches each in its own context",
 }
 
 

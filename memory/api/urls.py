@@ -1,6 +1,6 @@
 from django.urls import path
 
-from memory.api import extract, quota, transfer, views
+from memory.api import extract, organize, quota, transfer, views
 
 urlpatterns = [
     path("workspaces", views.WorkspacesApi.as_view(), name="api-workspaces"),
@@ -15,6 +15,11 @@ urlpatterns = [
     path("memory/get", views.MemoryGetApi.as_view(), name="api-memory-get"),
     path("memory/write", views.MemoryWriteApi.as_view(), name="api-memory-write"),
     path("memory/quota", quota.MemoryQuotaApi.as_view(), name="api-memory-quota"),
+    path("memory/organize", organize.OrganizeApi.as_view(), name="api-memory-organize"),
+    path("memory/organize/<str:run_id>", organize.OrganizeStatusApi.as_view(),
+         name="api-memory-organize-status"),
+    path("memory/organize/<str:run_id>/items/<str:item_id>", organize.OrganizeItemApi.as_view(),
+         name="api-memory-organize-item"),
     path("memory/forget", views.MemoryForgetApi.as_view(), name="api-memory-forget"),
     path("context", views.ContextApi.as_view(), name="api-context"),
     path("summaries", views.SummariesApi.as_view(), name="api-summaries"),

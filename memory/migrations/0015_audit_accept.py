@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memory', '0014_node_review_state'),
+        ('memory', '0017_webhooks'),
     ]
 
     operations = [

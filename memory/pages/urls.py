@@ -2,7 +2,18 @@
 
 from django.urls import path
 
-from memory.pages.views import api_keys, dashboard, memories, quota, review, sessions, signin, workspace
+from memory.pages.views import (
+    api_keys,
+    dashboard,
+    memories,
+    organizer,
+    quota,
+    review,
+    sessions,
+    signin,
+    webhooks,
+    workspace,
+)
 
 urlpatterns = [
     path("", dashboard.dashboard_view, name="dashboard"),
@@ -24,6 +35,13 @@ urlpatterns = [
     path("workspace/export.sqlite", workspace.workspace_export, name="workspace-export"),
     path("workspace/import/", workspace.workspace_import, name="workspace-import"),
     path("quota/", quota.quota_view, name="quota"),
+    path("organizer/", organizer.organizer_view, name="organizer"),
+    path("organizer/<uuid:run_id>/", organizer.organizer_run, name="organizer-run"),
+    path("organizer/<uuid:run_id>/items/<uuid:item_id>/", organizer.organizer_item, name="organizer-item"),
     path("keys/", api_keys.api_keys, name="apikey-list"),
     path("keys/<int:key_id>/revoke/", api_keys.api_key_revoke_view, name="apikey-revoke"),
+    path("webhooks/", webhooks.webhook_list, name="webhook-list"),
+    path("webhooks/<int:endpoint_id>/resume/", webhooks.webhook_resume, name="webhook-resume"),
+    path("webhooks/<int:endpoint_id>/rotate/", webhooks.webhook_rotate, name="webhook-rotate"),
+    path("webhooks/<int:endpoint_id>/delete/", webhooks.webhook_delete, name="webhook-delete"),
 ]

@@ -53,6 +53,8 @@ class ChatClient:
         self.model = model
         self.timeout = timeout
         self._api_key = api_key
+        # Tokens of the last answer (the endpoint's `usage.total_tokens`, or an estimate without it).
+        self.last_tokens = 0
 
     def _post(self, body: bytes) -> bytes:
         return post_json(
@@ -77,8 +79,13 @@ class ChatClient:
             ensure_ascii=False,
         ).encode("utf-8")
         raw = self._post(body)
+        self.last_tokens = len(body) // 4
         try:
-            content = json.loads(raw)["choices"][0]["message"]["content"]
+            reply = json.loads(raw)
+            usage = reply.get("usage") if isinstance(reply, dict) else None
+            if isinstance(usage, dict) and isinstance(usage.get("total_tokens"), int):
+                self.last_tokens = usage["total_tokens"]
+            content = reply["choices"][0]["message"]["content"]
         except (ValueError, TypeError, KeyError, IndexError) as error:
             raise LLMError(
                 f"Chat endpoint {self.url} sent a response that is not a chat completion "

@@ -49,6 +49,7 @@ from memory.pipeline.triggers import ACTIVE_STATES, completed_turns_end, enqueue
 from memory.rules.errors import SchemaError
 from memory.selectors import tenant_kinds
 from memory.visibility import Viewer, visible_nodes_q
+from memory.webhooks.services import extraction_completed_record
 from tenants.context import all_tenants_context, tenant_context
 from tenants.models import Tenant, Workspace
 
@@ -280,6 +281,7 @@ def _finish(tenant: Tenant, claimed: ExtractionRun, work: _Work) -> ExtractionRu
         }
         run.status, run.error, run.next_retry_at = ExtractionStatus.DONE, "", None
         run.save()
+        extraction_completed_record(tenant=tenant, run=run)
     EXTRACTIONS.labels(outcome=run.status).inc()
     for entry in items:
         if entry["outcome"] == "skipped":

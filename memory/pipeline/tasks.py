@@ -82,3 +82,17 @@ def tenant_indexes() -> int:
 
     result = tenant_indexes_sweep()
     return len(result.created) + len(result.dropped)
+
+
+@shared_task(name="memory.organize_run", acks_late=True)
+def organize_run(tenant_id: int, run_id: str) -> str:
+    from memory.organizer.runs import organize_run as run
+
+    return run(tenant_id=tenant_id, run_id=run_id)
+
+
+@shared_task(name="memory.organize_due")
+def organize_due() -> int:
+    from memory.organizer.runs import organize_due as sweep
+
+    return sweep()

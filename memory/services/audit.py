@@ -4,7 +4,8 @@ Every mutation of a memory node records who (actor, user), what (event type, nod
 (reason, payload) in the same transaction as the change. Writers that save rows one by one call
 `audit_event_record`; bulk writers build unsaved events with `audit_event_build` and
 `bulk_create` them, so both paths produce the same rows. The database chains every event on
-insert (memory.audit_chain); `audit_chain_lock` lets a writer take the chain's lock first.
+insert (memory.audit_chain); `audit_chain_lock` lets a writer take the chain's lock first. The
+audit log is also the webhooks' outbox: each writer wakes the tenant's dispatcher after its commit.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from django.utils import timezone
 from memory.models import MemoryAuditEvent, MemoryNode
 from memory.services.rows_insert import rows_insert
 from memory.visibility import Viewer
+from memory.webhooks.outbox import webhooks_announce
 from tenants.models import Tenant
 
 # The first key of the advisory lock the chain's insert trigger takes (the tenant id is the second).
@@ -63,6 +65,7 @@ def audit_event_record(**fields: Any) -> MemoryAuditEvent:
     """Write one audit event now (inside the caller's transaction); `fields` are `audit_event_build`'s."""
     event = audit_event_build(**fields)
     event.save(force_insert=True)
+    webhooks_announce(tenant_id=event.tenant_id)
     return event
 
 
@@ -94,4 +97,6 @@ def audit_node_changes(*, viewer: Viewer, changes: Sequence[NodeChange],
     events = [audit_event_build(**_node_event_fields(viewer, *change), created_at=created_at)
               for change in changes]
     rows_insert(MemoryAuditEvent, events)
+    if events:
+        webhooks_announce(tenant_id=viewer.tenant.pk)
     return events

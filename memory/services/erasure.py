@@ -4,7 +4,8 @@ A hard forget (memory.services.forget) hands its cards here, inside its transact
 them: their older revisions; the cards the extractor derived from the same evidence (when the
 caller may forget those too); the content of every earlier audit event of all of them (reason,
 payload and salt, so the chain still verifies, memory.audit_chain); the items, summary patches
-and texts of extraction runs that read that evidence or mention those cards; and, with
+and texts of extraction runs that read that evidence or mention those cards; the cards an organizer
+merge folded into them, and the organizer items' copies of their content; and, with
 `purge_evidence`, the evidence messages themselves (rows, search entries, vectors) with the
 summaries that cover them (redacted in place, so the session's summary chain stays whole). The
 hard-delete events and the receipt keep no content: the forget's reason is not stored, and a
@@ -33,6 +34,8 @@ from memory.models import (
     MemoryMessage,
     MemoryNode,
     MemorySummary,
+    OrganizeDecision,
+    OrganizeItem,
 )
 from memory.rules.review import EXTRACTOR_ACTOR
 from memory.rules.slots import slot_digest
@@ -67,7 +70,7 @@ class Erasure:
 def nodes_erase(*, viewer: Viewer, nodes: list[MemoryNode], purge_evidence: bool) -> Erasure:
     """Erase `nodes` (locked by the caller) and everything derived from them; return the receipt."""
     tenant = viewer.tenant
-    doomed = _with_older_revisions(viewer, {node.pk: node for node in nodes})
+    doomed = _with_merge_sources(viewer, _with_older_revisions(viewer, {node.pk: node for node in nodes}))
     derived = _with_older_revisions(viewer, _derived_cards(viewer, doomed))
     everything = {**doomed, **derived}
     evidence = _evidence_of(everything.values())
@@ -85,6 +88,7 @@ def nodes_erase(*, viewer: Viewer, nodes: list[MemoryNode], purge_evidence: bool
         .exclude(pk__in=kept_events).update(reason="", payload=None, content_salt="")
     )
     runs = _runs_scrub(viewer, evidence=evidence, node_ids=set(everything), needles=needles)
+    organized = _organizer_scrub(viewer, list(everything))
     messages = summaries = 0
     if purge_evidence:
         summaries, messages = _evidence_purge(viewer, evidence)
@@ -94,6 +98,7 @@ def nodes_erase(*, viewer: Viewer, nodes: list[MemoryNode], purge_evidence: bool
         MemoryNode._meta.db_table: deleted,
         MemoryAuditEvent._meta.db_table: erased_events,
         ExtractionRun._meta.db_table: runs,
+        OrganizeItem._meta.db_table: organized,
     }
     if purge_evidence:
         removed[MemoryMessage._meta.db_table] = messages
@@ -121,13 +126,41 @@ def _nodes_delete(viewer: Viewer, ids: list[UUID]) -> int:
     nodes = MemoryNode.objects.filter(tenant=viewer.tenant)
     nodes.filter(parent_id__in=ids).update(parent=None)
     nodes.filter(supersedes_id__in=ids).update(supersedes=None)
-    return nodes.filter(pk__in=ids)._raw_delete(nodes.db)
+    # No id: the DELETE is never sent and Django answers None, not 0.
+    return nodes.filter(pk__in=ids)._raw_delete(nodes.db) or 0
 
 
 def _with_older_revisions(viewer: Viewer, nodes: dict[UUID, MemoryNode]) -> dict[UUID, MemoryNode]:
     older = supersede_chain_walk(MemoryNode.objects.select_for_update().filter(tenant=viewer.tenant),
                                  list(nodes.values()), direction="older")
     return {**nodes, **{node.pk: node for node in older}}
+
+
+def _with_merge_sources(viewer: Viewer, nodes: dict[UUID, MemoryNode]) -> dict[UUID, MemoryNode]:
+    """Add the cards an organizer merge folded into these (and their older revisions): the same memory."""
+    found = dict(nodes)
+    frontier = list(found)
+    while frontier:
+        members = (OrganizeItem.objects.filter(tenant=viewer.tenant, result_node_id__in=frontier,
+                                               decision=OrganizeDecision.APPLIED)
+                   .values_list("members", flat=True))
+        ids = {member for group in members for member in group} - set(found)
+        locked = MemoryNode.objects.select_for_update().filter(tenant=viewer.tenant,
+                                                               pk__in=sorted(ids, key=str))
+        sources = {node.pk: node for node in locked}
+        sources = _with_older_revisions(viewer, sources) if sources else {}
+        frontier = [pk for pk in sources if pk not in found]
+        found.update(sources)
+    return found
+
+
+def _organizer_scrub(viewer: Viewer, ids: list[UUID]) -> int:
+    """Clear the organizer items' copies of the erased cards' content (proposed title, content, value)."""
+    if not ids:
+        return 0
+    holds = Q(members__overlap=ids) | Q(target_id__in=ids) | Q(result_node_id__in=ids)
+    items = OrganizeItem.objects.filter(holds, tenant=viewer.tenant)
+    return items.update(proposed=None, reason="")
 
 
 def _evidence_of(nodes: Iterable[MemoryNode]) -> dict[int, set[str]]:

@@ -164,6 +164,7 @@ class OrganizeRequest(Body):
     user_id: str | None = None
     workspace_id: str | None = None
     mode: Literal["manual", "scheduled"] | None = None
+    apply_mode: Literal["review", "auto_low"] | None = None
 
 
 # --- responses ------------------------------------------------------------------------------------------
@@ -361,10 +362,24 @@ class OrganizeQueued(Body):
     run_id: str
 
 
+class OrganizeItem(Body):
+    id: str
+    action: str
+    members: list[str]
+    target_id: str | None = None
+    risk: str
+    risk_reasons: list[str] = Field(default_factory=list)
+    decision: str
+    planner: str
+    reason: str = ""
+    proposed: dict[str, Any] | None = None
+    result_node_id: str | None = None
+
+
 class OrganizeRun(Body):
     state: str
     phase: str
     before: int | None = None
     after: int | None = None
     compression_ratio: float | None = None
-    items: list[dict[str, Any]] = Field(default_factory=list)
+    items: list[OrganizeItem] = Field(default_factory=list)

@@ -6,7 +6,7 @@ A method takes its request model, or the same fields as keyword arguments (snake
 
 from __future__ import annotations
 
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, BinaryIO, Literal, TypeVar
 from urllib.parse import quote
 
 from ekko_client import models as m
@@ -108,6 +108,11 @@ class Operations:
 
     def memory_organize_status(self, run_id: str) -> m.OrganizeRun:
         return self._send(Call("GET", f"memory/organize/{_segment(run_id)}", m.OrganizeRun))
+
+    def memory_organize_item(self, run_id: str, item_id: str,
+                             decision: Literal["apply", "dismiss"]) -> m.OrganizeItem:
+        path = f"memory/organize/{_segment(run_id)}/items/{_segment(item_id)}"
+        return self._send(Call("POST", path, m.OrganizeItem, json={"decision": decision}))
 
     # the turn
     def context(self, body: m.ContextRequest | None = None, **fields: Any) -> m.Context:
