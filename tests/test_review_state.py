@@ -21,6 +21,7 @@ from tests.test_api_memory_rules import cilantro, create, write
 from tests.test_context_pack import world  # noqa: F401 - fixture: tenant A's session with tenant B as noise
 from tests.test_stale_targets import owner, snapshot, with_evidence
 from tests.test_turn_lifecycle import REMEMBER, Turns
+from tests.test_webhooks import hook, register  # noqa: F401 - hook: a receiver on loopback
 
 pytestmark = pytest.mark.django_db
 
@@ -99,8 +100,8 @@ def test_an_extractor_restatement_keeps_a_persons_review(tenant_a):  # noqa: ANN
         {"operation": "accept", "target_id": card["id"], "expected_revision": 1, "reason": "ok"}])
     again = {"operation": "update", "target_id": card["id"], "expected_revision": 2, "reason": "again",
              "node": {"content": "项目里不用原生 SQL。"}}
-    [outcome] = node_write_bulk(writes=[NodeWrite(viewer=extractor_viewer(tenant_a), explicit_user_intent=False,
-                                                  operations=[again])], skip_invalid=False)
+    restated = NodeWrite(viewer=extractor_viewer(tenant_a), explicit_user_intent=False, operations=[again])
+    [outcome] = node_write_bulk(writes=[restated], skip_invalid=False)
     assert outcome.results[0].action == "noop"
     with tenant_context(tenant_a):
         assert MemoryNode.objects.get(pk=card["id"]).review_state == "reviewed"
@@ -195,3 +196,19 @@ def test_context_without_unreviewed_cards_has_no_legend(world):  # noqa: ANN001,
     prompt = build_context(viewer=world.viewer, query_text="香菜", token_budget=4000).prompt
     assert "- 用户不吃香菜" in prompt.splitlines()
     assert REVIEW_LEGEND not in prompt and "*h" not in prompt
+
+
+# --------------------------------------------------------------------------- webhooks
+
+def test_accept_is_delivered_as_memory_updated(client, tenant_a, hook, committed, settings):  # noqa: ANN001, F811
+    settings.EKKO_WEBHOOK_ALLOW_PRIVATE = True  # the receiver listens on loopback
+    handler, url = hook
+    with committed():
+        card = extractor_card(tenant_a)
+    handler.secret = register(tenant_a, url, events=["memory.updated"]).secret
+    with committed():
+        write(api_for(client, tenant_a), accept(card["id"], 1), intent=False, sources=())
+    [delivered] = handler.requests
+    assert delivered["json"]["type"] == "memory.updated" and delivered["verified"]
+    memory = delivered["json"]["data"]["memory"]
+    assert (memory["id"], memory["reviewState"], memory["revision"]) == (card["id"], "reviewed", 2)
