@@ -15,6 +15,7 @@ from memory.search.context import build_context
 from memory.services import NodeWrite, node_write_batch, node_write_bulk
 from memory.visibility import Viewer
 from tenants.context import tenant_context
+from tenants.services import api_key_create
 from tests.api_client import api_for
 from tests.memory_factories import default_workspace, make_workspace
 from tests.test_api_memory_rules import cilantro, create, write
@@ -212,3 +213,18 @@ def test_accept_is_delivered_as_memory_updated(client, tenant_a, hook, committed
     assert delivered["json"]["type"] == "memory.updated" and delivered["verified"]
     memory = delivered["json"]["data"]["memory"]
     assert (memory["id"], memory["reviewState"], memory["revision"]) == (card["id"], "reviewed", 2)
+
+
+# --------------------------------------------------------------------------- the Python client
+
+def test_the_python_client_accepts_over_http(live_server, tenant_a):  # noqa: ANN001
+    from ekko_client import EkkoClient, errors
+
+    card = extractor_card(tenant_a)
+    with EkkoClient(live_server.url, api_key_create(tenant=tenant_a).raw_key) as ekko:
+        assert ekko.memory_node_get(card["id"]).review_state == "unreviewed"
+        [result] = ekko.memory_write(operations=[accept(card["id"], 1)]).results
+        assert (result.action, result.revision) == ("accepted", 2)
+        assert ekko.memory_node_get(card["id"]).review_state == "reviewed"
+        with pytest.raises(errors.Conflict):
+            ekko.memory_write(operations=[accept(card["id"], 2)])
