@@ -326,7 +326,11 @@ SPECTACULAR_SETTINGS = {
         "`memory_search`, `memory_get`, `memory_write`, `memory_forget` and `memory_context` (their "
         "schemas are `GET /api/v1/tools`), on the same Bearer API keys; **`/metrics`**, Prometheus "
         "metrics behind `EKKO_METRICS_TOKEN`; and `/healthz`. Every response carries an `X-Request-ID` "
-        "header (an incoming sane one is kept), which JSON logs (`EKKO_LOG_FORMAT=json`) print."),
+        "header (an incoming sane one is kept), which JSON logs (`EKKO_LOG_FORMAT=json`) print.\n\n"
+        "Tenant admins register **signed webhooks** on the `/webhooks/` page (events `memory.created`, "
+        "`memory.updated`, `memory.superseded`, `memory.expired`, `memory.forgotten`, "
+        "`extraction.completed`; an `Ekko-Signature: t=…,v1=…` HMAC-SHA256 header; docs/webhooks.md). "
+        "A typed Python client (sync and async) lives in `clients/python` (docs/agent-loop.md)."),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
