@@ -32,6 +32,11 @@ def review_state_for(*, actor: str, operation: str, current: str | None = None, 
     return UNREVIEWED
 
 
+def merged_review_state(states: list[str]) -> str:
+    """The organizer's merge of several cards is reviewed when a person or agent stood behind any of them."""
+    return REVIEWED if REVIEWED in states else UNREVIEWED
+
+
 # Seed 001's overview marks: the band of an unreviewed card's confidence.
 CONFIDENCE_BANDS = ((0.8, "h"), (0.5, "m"))
 LOW_BAND, UNKNOWN_BAND = "l", "?"
