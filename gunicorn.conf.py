@@ -9,6 +9,11 @@ import os
 import shutil
 from pathlib import Path
 
+# Idle keep-alive connections stay open this long (gunicorn's default is 2 s, which the uvicorn worker
+# takes as its keep-alive timeout): agents and load balancers reuse a connection between turns, and a
+# connection closed under an idle client costs it a failed request or a new handshake.
+keepalive = int(os.environ.get("EKKO_KEEPALIVE_SECONDS", "75"))
+
 
 def on_starting(server) -> None:  # noqa: ANN001
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")

@@ -34,15 +34,20 @@ class ApiConnection:
     def send(self, method: str, path: str, body: dict | None = None) -> tuple[float, int, bytes]:
         payload = json.dumps(body, ensure_ascii=False).encode() if body is not None else None
         started = time.perf_counter()
-        try:
-            self.conn.request(method, f"/api/v1/{path}", body=payload, headers=self.headers)
-            response = self.conn.getresponse()
-            data = response.read()
-        except (http.client.HTTPException, OSError):
-            self.conn.close()
-            self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
-            return (time.perf_counter() - started) * 1000, 599, b"connection error"
-        return (time.perf_counter() - started) * 1000, response.status, data
+        for attempt in (1, 2):
+            try:
+                self.conn.request(method, f"/api/v1/{path}", body=payload, headers=self.headers)
+                response = self.conn.getresponse()
+                data = response.read()
+                return (time.perf_counter() - started) * 1000, response.status, data
+            except (http.client.HTTPException, OSError) as exc:
+                self.conn.close()
+                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+                # As HTTP clients do: a kept-alive connection the server closed while idle is retried once.
+                if attempt == 2 or not isinstance(exc, (http.client.RemoteDisconnected, ConnectionResetError,
+                                                        BrokenPipeError)):
+                    break
+        return (time.perf_counter() - started) * 1000, 599, b"connection error"
 
     def post(self, path: str, body: dict) -> tuple[float, int, bytes]:
         return self.send("POST", path, body)

@@ -82,6 +82,8 @@ class AuditEventType(models.TextChoices):
     EXPIRE = "expire"
     DELETE = "delete"
     RESTORE = "restore"
+    # A person or agent stood behind an unreviewed card (memory/write `accept`).
+    ACCEPT = "accept"
     # The erasure receipt of one hard forget: content-free, part of the tenant's audit chain.
     ERASE = "erase"
 

@@ -40,6 +40,7 @@ def node_to_api(node: MemoryNode, *, superseded_by_id: Any = None, username: str
         "title": node.title,
         "content": node.content,
         "status": node.status,
+        "reviewState": node.review_state,
         "confidence": node.confidence,
         "importance": node.importance,
         "tags": list(node.tags),

@@ -82,6 +82,7 @@ def make_node(
     type: str | None = None,
     domain: str | None = None,
     category_path: list[str] | None = None,
+    review_state: str = "reviewed",
 ) -> MemoryNode:
     """Create a card of `kind` (the default catalogue fills key, type, domain and category path)."""
     spec = DEFAULT_KINDS[kind]
@@ -118,6 +119,7 @@ def make_node(
             title=title,
             content=content,
             status=status,
+            review_state=review_state,
             confidence=confidence,
             importance=importance,
             tags=tags,

@@ -200,6 +200,6 @@ def test_tools_are_openai_functions_generated_from_the_request_schemas(client, t
     write = by_name["memory_write"]["parameters"]
     assert sorted(write["required"]) == ["explicitUserIntent", "operations"]
     operation = write["properties"]["operations"]["items"]
-    assert operation["properties"]["operation"]["enum"] == ["create", "update", "supersede", "expire"]
+    assert operation["properties"]["operation"]["enum"] == ["create", "update", "supersede", "expire", "accept"]
     assert "$ref" not in json.dumps(tools)
     assert "queryText" in by_name["memory_search"]["parameters"]["properties"]

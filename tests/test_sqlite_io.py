@@ -1226,3 +1226,61 @@ def test_an_edited_row_loses_its_signature_and_is_checked_field_by_field(tenant_
     with tenant_context(tenant_b):
         edited = MemoryNode.objects.get(content="改过的内容：不要放葱")
     assert "改过" in edited.search_text.split()
+
+
+# --------------------------------------------------------------------------- review state (issue 14)
+
+
+def _unreviewed(tenant: Tenant, node_id) -> None:  # noqa: ANN001
+    with tenant_context(tenant):
+        MemoryNode.objects.filter(pk=node_id).update(review_state="unreviewed")
+
+
+def test_review_state_round_trips_and_older_files_import_as_reviewed(tenant_a, tmp_path):
+    b = sample_workspace(tenant_a)
+    target = b.nodes[2]
+    _unreviewed(tenant_a, target.id)
+    path = export(tenant_a, b.workspace, tmp_path)
+    states = {row["id"]: row["review_state"] for row in rows(path, "memory_nodes")}
+    assert states[str(target.id)] == "unreviewed"
+    assert set(states.values()) == {"reviewed", "unreviewed"}
+    fresh = workspace_create(tenant=tenant_a, name="Copy")
+    operator_import(tenant=tenant_a, workspace=fresh, path=path)
+    with tenant_context(tenant_a):
+        copied = dict(MemoryNode.objects.filter(workspace=fresh).values_list("title", "review_state"))
+    assert copied[target.title] == "unreviewed"
+    assert sorted(copied.values()).count("unreviewed") == 1
+
+    older = export(tenant_a, b.workspace, tmp_path, "older.sqlite")
+    with sqlite3.connect(older) as db:
+        db.execute("ALTER TABLE memory_nodes DROP COLUMN review_state")
+    other = workspace_create(tenant=tenant_a, name="Older")
+    operator_import(tenant=tenant_a, workspace=other, path=older)
+    with tenant_context(tenant_a):
+        assert set(MemoryNode.objects.filter(workspace=other).values_list("review_state", flat=True)) == {
+            "reviewed"}
+
+
+def test_a_changed_review_state_in_the_file_updates_the_card(tenant_a, tmp_path):
+    b = sample_workspace(tenant_a)
+    target = b.nodes[2]
+    _unreviewed(tenant_a, target.id)
+    path = export(tenant_a, b.workspace, tmp_path)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE memory_nodes SET review_state = 'reviewed', row_sig = NULL WHERE id = ?",
+                   (str(target.id),))
+    report = operator_import(tenant=tenant_a, workspace=b.workspace, path=path, actor="user:alice")
+    assert report.updated.nodes == 1
+    with tenant_context(tenant_a):
+        node = MemoryNode.objects.get(pk=target.id)
+        event = MemoryAuditEvent.objects.get(node_id=target.id, reason="import")
+    assert (node.review_state, node.revision) == ("reviewed", 2)
+    assert event.payload["previous"]["reviewState"] == "unreviewed"
+
+
+def test_an_unknown_review_state_is_refused(tenant_a, tmp_path):
+    b = sample_workspace(tenant_a)
+    path = export(tenant_a, b.workspace, tmp_path)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE memory_nodes SET review_state = 'approved', row_sig = NULL")
+    _refused(tenant_a, path, "review_state")

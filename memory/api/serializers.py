@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from memory.models import Channel, NodeStatus, NodeType, Role
+from memory.models import Channel, NodeStatus, NodeType, ReviewState, Role
 from memory.rules.errors import SchemaError
 from memory.rules.kinds import JOURNAL_KIND, resolve_kind
 from memory.rules.text import MAX_TEXT
@@ -169,6 +169,9 @@ class MemoryNodeSerializer(serializers.Serializer):
     title = serializers.CharField()
     content = serializers.CharField(allow_blank=True)
     status = serializers.ChoiceField(choices=NodeStatus.values)
+    reviewState = serializers.ChoiceField(
+        choices=ReviewState.values,
+        help_text="unreviewed: inferred by the extractor, not yet accepted by a person or agent.")
     confidence = serializers.FloatField()
     importance = serializers.FloatField()
     tags = serializers.ListField(child=serializers.CharField())
@@ -297,7 +300,8 @@ class NodeDraftSerializer(ValueJsonMixin, serializers.Serializer):
 
 
 class WriteOperationSerializer(serializers.Serializer):
-    operation = serializers.ChoiceField(choices=["create", "update", "supersede", "expire"])
+    # accept marks an unreviewed card (one the extractor inferred) reviewed: targetId, expectedRevision.
+    operation = serializers.ChoiceField(choices=["create", "update", "supersede", "expire", "accept"])
     targetId = serializers.UUIDField(required=False, allow_null=True, source="target_id")
     expectedRevision = serializers.IntegerField(min_value=1, required=False, allow_null=True,
                                                 source="expected_revision")
@@ -314,7 +318,7 @@ class WriteOperationSerializer(serializers.Serializer):
                 raise serializers.ValidationError({"node": {m: ["required for create"] for m in missing}})
         elif attrs.get("target_id") is None or attrs.get("expected_revision") is None:
             raise serializers.ValidationError(
-                {"targetId": ["required for update/supersede/expire (with expectedRevision)"]})
+                {"targetId": ["required for update/supersede/expire/accept (with expectedRevision)"]})
         return attrs
 
 
@@ -326,7 +330,8 @@ class MemoryWriteSerializer(serializers.Serializer):
 
 class WriteResultSerializer(serializers.Serializer):
     operation = serializers.CharField()
-    action = serializers.ChoiceField(choices=["created", "updated", "superseded", "expired", "noop"])
+    action = serializers.ChoiceField(
+        choices=["created", "updated", "superseded", "expired", "accepted", "noop"])
     nodeId = serializers.UUIDField()
     revision = serializers.IntegerField()
     key = serializers.CharField()

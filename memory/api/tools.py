@@ -44,10 +44,11 @@ TOOLS = {
         "On 409 requires_confirmation several cards match: narrow the selector, or use the candidates' ids."),
     "memory_write": MemoryTool(
         "MemoryWriteRequest", "api-memory-write", True,
-        "Create, update, supersede or expire memory cards atomically. create needs a kind; update, supersede "
-        "and expire need targetId and expectedRevision. Set explicitUserIntent only when the user asked to "
-        "remember. When done is true the write is complete: do not repeat it. A refused batch changes "
-        "nothing. " + REVISION_CONFLICT),
+        "Create, update, supersede, expire or accept memory cards atomically. create needs a kind; update, "
+        "supersede, expire and accept need targetId and expectedRevision; accept marks an unreviewed card "
+        "(one the extractor inferred) reviewed once the user confirmed it. Set explicitUserIntent only "
+        "when the user asked to remember. When done is true the write is complete: do not repeat it. A "
+        "refused batch changes nothing. " + REVISION_CONFLICT),
     "memory_forget": MemoryTool(
         "MemoryForgetRequest", "api-memory-forget", True,
         "Forget memories the user asked to forget (explicitUserIntent: true, reason required). Soft by "

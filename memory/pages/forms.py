@@ -14,6 +14,7 @@ from django.utils.translation import gettext_lazy as _
 
 from memory.models import MemoryNode, NodeStatus
 from memory.pages import labels
+from memory.pages.review import ReviewFilters
 from memory.pages.selectors import STATUS_ANY, NodeFilters
 from tenants.models import AGENT_WRITABLE_SCOPES, Workspace
 
@@ -182,25 +183,58 @@ class BulkForgetForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # Any well-formed pair is a valid choice; the service decides whether it names a visible memory.
-        raw = self.data.getlist(self.add_prefix("target")) if hasattr(self.data, "getlist") else []
-        self.fields["target"].choices = [(value, value) for value in raw]
+        _any_target(self)
 
     def clean_target(self) -> list[tuple[UUID, int]]:
-        pairs = []
-        for value in self.cleaned_data["target"][: MAX_BULK + 1]:
-            node_id, _sep, revision = value.partition(":")
-            try:
-                pairs.append((UUID(node_id), int(revision)))
-            except ValueError as exc:
-                raise forms.ValidationError(
-                    _("A selected memory could not be read; reload the list.")
-                ) from exc
-        if len(pairs) > MAX_BULK:
-            raise forms.ValidationError(
-                _("Select at most %(max)d memories at a time."), params={"max": MAX_BULK}
-            )
-        return list(dict.fromkeys(pairs))
+        return _target_pairs(self.cleaned_data["target"])
+
+
+def _any_target(form: forms.Form) -> None:
+    # Any well-formed pair is a valid choice; the service decides whether it names a visible memory.
+    raw = form.data.getlist(form.add_prefix("target")) if hasattr(form.data, "getlist") else []
+    form.fields["target"].choices = [(value, value) for value in raw]
+
+
+def _target_pairs(values: list[str]) -> list[tuple[UUID, int]]:
+    pairs = []
+    for value in values[: MAX_BULK + 1]:
+        node_id, _sep, revision = value.partition(":")
+        try:
+            pairs.append((UUID(node_id), int(revision)))
+        except ValueError as exc:
+            raise forms.ValidationError(_("A selected memory could not be read; reload the list.")) from exc
+    if len(pairs) > MAX_BULK:
+        raise forms.ValidationError(_("Select at most %(max)d memories at a time."), params={"max": MAX_BULK})
+    return list(dict.fromkeys(pairs))
+
+
+class ReviewFilterForm(forms.Form):
+    """The review queue's filters; unknown values simply match nothing."""
+
+    kind = forms.CharField(max_length=64, required=False, label=_("Kind"))
+    source = forms.CharField(max_length=200, required=False, label=_("Conversation"))
+    band = forms.ChoiceField(choices=_choices(labels.CONFIDENCE_BANDS, blank=_("Any confidence")),
+                             required=False, label=_("Confidence"))
+
+    def filters(self) -> ReviewFilters:
+        if not self.is_valid():
+            return ReviewFilters()
+        data = self.cleaned_data
+        return ReviewFilters(kind=data["kind"], source=data["source"], band=data["band"])
+
+
+class ReviewActionForm(forms.Form):
+    """Accept or reject the selected unreviewed memories, each at the revision seen (`<id>:<revision>`)."""
+
+    target = forms.MultipleChoiceField(required=True, label=_("Memories"))
+    action = forms.ChoiceField(choices=[("accept", _("Accept")), ("reject", _("Reject"))])
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _any_target(self)
+
+    def clean_target(self) -> list[tuple[UUID, int]]:
+        return _target_pairs(self.cleaned_data["target"])
 
 
 class RestoreForm(forms.Form):

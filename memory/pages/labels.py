@@ -47,6 +47,18 @@ ROLES = {
     "viewer": _("Viewer"),
 }
 
+REVIEW_STATES = {
+    "reviewed": _("Reviewed"),
+    "unreviewed": _("Unreviewed"),
+}
+
+# memory.rules.review's bands of an unreviewed card's confidence.
+CONFIDENCE_BANDS = {
+    "h": _("High (80 % or more)"),
+    "m": _("Medium (50–79 %)"),
+    "l": _("Low (under 50 %)"),
+}
+
 EVENTS = {
     "create": _("Created"),
     "update": _("Edited"),
@@ -54,6 +66,7 @@ EVENTS = {
     "expire": _("Expired"),
     "delete": _("Forgotten"),
     "restore": _("Restored"),
+    "accept": _("Accepted after review"),
     "erase": _("Erased for good (receipt)"),
 }
 

@@ -37,10 +37,10 @@ from memory.rules.confidence import apply_confidence_contract
 from memory.rules.errors import SchemaError
 from memory.rules.item_keys import canonical_key
 from memory.rules.kinds import KindSpec, resolve_kind
+from memory.rules.review import EXTRACTOR_ACTOR
 from memory.rules.scope_policy import AGENT_WRITABLE_SCOPES
 from memory.selectors import parse_node_id
 from memory.services import BulkOutcome, NodeWrite, node_write_bulk
-from memory.services.audit import EXTRACTOR_ACTOR
 from memory.visibility import Viewer, accessible_nodes_q, owner_ref
 from tenants.models import Scope, Tenant, Workspace
 

@@ -33,8 +33,8 @@ from django.conf import settings
 from django.db.models import JSONField, OuterRef, Q, Subquery, UUIDField
 
 from memory.models import AuditEventType, MemoryAuditEvent, MemoryNode
+from memory.rules.review import EXTRACTOR_ACTOR
 from memory.rules.slots import slot_digest
-from memory.services.audit import EXTRACTOR_ACTOR
 from tenants.models import Tenant
 
 __all__ = ["Slot", "SlotHistory", "Verdict", "rejection_window", "slot_history"]

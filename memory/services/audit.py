@@ -24,8 +24,6 @@ from memory.visibility import Viewer
 from memory.webhooks.outbox import webhooks_announce
 from tenants.models import Tenant
 
-# The actor of the background extractor's writes: a hard forget also erases the cards it derived.
-EXTRACTOR_ACTOR = "system:extractor"
 # The first key of the advisory lock the chain's insert trigger takes (the tenant id is the second).
 AUDIT_CHAIN_LOCK = 1162562383
 

@@ -37,9 +37,10 @@ from memory.models import (
     OrganizeDecision,
     OrganizeItem,
 )
+from memory.rules.review import EXTRACTOR_ACTOR
 from memory.rules.slots import slot_digest
 from memory.selectors import accessible_nodes, supersede_chain_walk
-from memory.services.audit import EXTRACTOR_ACTOR, audit_event_record, audit_node_change
+from memory.services.audit import audit_event_record, audit_node_change
 from memory.services.guards import require_acting_for, require_node_writable, require_workspace_reachable
 from memory.visibility import Viewer
 

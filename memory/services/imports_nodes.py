@@ -51,8 +51,8 @@ NODE_STAGING_COLUMNS = (
     "id", "tenant_id", "workspace_id", "user_id", "session_id", "parent_id", "supersedes_id", "scope",
     "owner_ref", "kind", "item_key", "key", "domain", "category_path", "category_path_text", "type",
     "value_json", "title", "content", "status", "confidence", "importance", "tags", "entities",
-    "source_message_ids", "explicit_user_intent", "revision", "created_at", "updated_at", "expires_at",
-    "access_count", "last_accessed_at", "search_text", "embedding", "embedding_model",
+    "source_message_ids", "explicit_user_intent", "review_state", "revision", "created_at", "updated_at",
+    "expires_at", "access_count", "last_accessed_at", "search_text", "embedding", "embedding_model",
 )
 # Staged beside a node's columns: what the import does with it, and the file's id (for reports).
 NODE_STAGING_EXTRA = ("import_action", "source_id")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from memory.models import AuditEventType, MemoryNode
 from memory.rules.journal import ends_with_entry, journal_appended
+from memory.rules.review import review_state_for
 from memory.services.audit import audit_node_change
 from memory.services.node_drafts import WriteContext, WriteResult, search_text_of
 
@@ -24,9 +25,13 @@ def journal_append(ctx: WriteContext, card: MemoryNode, entry_node: MemoryNode, 
         result.action = "noop"  # the same entry again: a retried write
         return result
     before = {"value_json": card.value_json, "content": card.content,
-              "source_message_ids": list(card.source_message_ids)}
-    card.value_json = card.content = text if ends_with_entry(text, entry) else journal_appended(text, entry)
+              "source_message_ids": list(card.source_message_ids), "review_state": card.review_state}
+    appended = not ends_with_entry(text, entry)
+    card.value_json = card.content = journal_appended(text, entry) if appended else text
     card.source_message_ids = evidence
+    # The same rule as any update: an inferred append leaves the day unreviewed, an agent's reviews it.
+    card.review_state = review_state_for(actor=ctx.viewer.actor, operation="update", current=card.review_state,
+                                         changed=appended)
     card.revision += 1
     card.updated_at = ctx.now
     card.search_text = search_text_of(card)
@@ -34,7 +39,7 @@ def journal_append(ctx: WriteContext, card: MemoryNode, entry_node: MemoryNode, 
     audit_node_change(viewer=ctx.viewer, event_type=AuditEventType.UPDATE, node=card, reason=reason,
                       payload={"before": before,
                                "after": {"value_json": card.value_json, "content": card.content,
-                                         "source_message_ids": evidence},
+                                         "source_message_ids": evidence, "review_state": card.review_state},
                                "appended": entry, "revision": card.revision})
     result.action = "updated"
     return result

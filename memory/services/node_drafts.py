@@ -24,6 +24,7 @@ from memory.rules.item_keys import canonical_key
 from memory.rules.journal import journal_entry, journal_item_key
 from memory.rules.kinds import JOURNAL_KIND, KindSpec, resolve_kind
 from memory.rules.node_text import node_search_text
+from memory.rules.review import review_state_for
 from memory.rules.scope_policy import validate_scope_for_write
 from memory.rules.sensitive import find_sensitive_node_content
 from memory.rules.values import normalize_value, validate_value
@@ -214,6 +215,7 @@ def node_prepare(ctx: WriteContext, draft: dict[str, Any], *,
         entities=list(dict.fromkeys(draft.get("entities") or [])),
         source_message_ids=ctx.evidence.message_ids,
         explicit_user_intent=ctx.explicit,
+        review_state=review_state_for(actor=ctx.viewer.actor, operation="create"),
         created_at=ctx.now,
         updated_at=ctx.now,
         expires_at=draft.get("expires_at"),

@@ -21,12 +21,13 @@ from typing import Any
 
 from django.db import transaction
 
-from memory.errors import Invalid, MemoryServiceError, NotFound, RevisionConflict, from_schema_error
-from memory.models import AuditEventType, MemoryNode, NodeStatus
+from memory.errors import Conflict, Invalid, MemoryServiceError, NotFound, RevisionConflict, from_schema_error
+from memory.models import AuditEventType, MemoryNode, NodeStatus, ReviewState
 from memory.rules.confidence import apply_confidence_contract
 from memory.rules.errors import SchemaError
 from memory.rules.kinds import JOURNAL_KIND
 from memory.rules.node_text import same_content
+from memory.rules.review import review_state_for
 from memory.rules.values import normalize_value, validate_value
 from memory.selectors import accessible_nodes, parse_node_id, superseded_by_ids, tenant_kinds
 from memory.services.audit import audit_chain_lock, audit_node_change
@@ -87,7 +88,7 @@ def require_current(viewer: Viewer, node: MemoryNode, expected_revision: int, *,
 def _locked_target(ctx: WriteContext, target_id: Any, expected_revision: int | None, *,
                    index: int) -> MemoryNode:
     if target_id is None or expected_revision is None:
-        raise Invalid("update, supersede and expire need targetId and expectedRevision "
+        raise Invalid("update, supersede, expire and accept need targetId and expectedRevision "
                       "(from memory/search or get).",
                       errors={f"operations[{index}]": ["targetId and expectedRevision are required"]})
     pk = parse_node_id(target_id)
@@ -180,6 +181,10 @@ def _update(ctx: WriteContext, op: dict[str, Any], index: int) -> WriteResult:
             changes["confidence"], draft.get("source_quote"), ctx.evidence.texts)
         result.applied_confidence = changes["confidence"]
     changes = {name: value for name, value in changes.items() if getattr(target, name) != value}
+    review_state = review_state_for(actor=ctx.viewer.actor, operation="update", current=target.review_state,
+                                    changed=bool(changes))
+    if review_state != target.review_state:
+        changes["review_state"] = review_state
     if not changes and not ctx.evidence.message_ids:
         return result
     before = {name: _jsonable(getattr(target, name)) for name in changes}
@@ -213,7 +218,26 @@ def _expire(ctx: WriteContext, op: dict[str, Any], index: int) -> WriteResult:
                        applied_confidence=target.confidence)
 
 
-_OPERATIONS = {"create": _create, "update": _update, "supersede": _supersede, "expire": _expire}
+def _accept(ctx: WriteContext, op: dict[str, Any], index: int) -> WriteResult:
+    target = _locked_target(ctx, op.get("target_id"), op.get("expected_revision"), index=index)
+    if target.review_state != ReviewState.UNREVIEWED:
+        raise Conflict(f"Memory {target.pk} is already {target.review_state}; only unreviewed memories "
+                       "can be accepted. Nothing to do.",
+                       errors={f"operations[{index}].targetId": [f"review state is {target.review_state}"]})
+    before = target.review_state
+    target.review_state = review_state_for(actor=ctx.viewer.actor, operation="accept")
+    target.revision += 1
+    target.updated_at = ctx.now
+    target.save(update_fields=["review_state", "revision", "updated_at"])
+    audit_node_change(viewer=ctx.viewer, event_type=AuditEventType.ACCEPT, node=target, reason=op["reason"],
+                      payload={"before": {"review_state": before},
+                               "after": {"review_state": target.review_state}, "revision": target.revision})
+    return WriteResult(operation="accept", action="accepted", node=target,
+                       applied_confidence=target.confidence)
+
+
+_OPERATIONS = {"create": _create, "update": _update, "supersede": _supersede, "expire": _expire,
+               "accept": _accept}
 
 
 def _apply(ctx: WriteContext, operations: Sequence[dict[str, Any]]) -> list[WriteResult]:
@@ -311,7 +335,7 @@ def _write_all(writes: Sequence[NodeWrite], *, skip_invalid: bool, lock_first: b
 
 def node_write_batch(*, viewer: Viewer, operations: Sequence[dict[str, Any]], explicit_user_intent: bool,
                      source_message_ids: Sequence[str] = ()) -> list[WriteResult]:
-    """Apply create/update/supersede/expire operations atomically: all of them or none (400/403/404/409)."""
+    """Apply create/update/supersede/expire/accept operations atomically: all or none (400/403/404/409)."""
     require_writer(viewer)
     require_batch_size(len(operations))
     write = NodeWrite(viewer=viewer, operations=operations, explicit_user_intent=explicit_user_intent,

@@ -27,6 +27,7 @@ from django.utils import timezone
 from memory.errors import MemoryServiceError
 from memory.models import AuditEventType, MemoryNode, NodeStatus, OrganizeAction, ReviewState
 from memory.presenters import node_to_api
+from memory.rules.review import merged_review_state
 from memory.rules.sensitive import find_sensitive_content
 from memory.services.audit import audit_chain_lock, audit_node_change
 from memory.services.events import nodes_written_announce
@@ -94,11 +95,7 @@ def _merge(
     merged.tags = list(dict.fromkeys(t for node in nodes for t in node.tags))
     merged.entities = list(dict.fromkeys(e for node in nodes for e in node.entities))
     merged.explicit_user_intent = any(node.explicit_user_intent for node in nodes)
-    merged.review_state = (
-        ReviewState.REVIEWED
-        if any(n.review_state == ReviewState.REVIEWED for n in nodes)
-        else ReviewState.UNREVIEWED
-    )
+    merged.review_state = merged_review_state([node.review_state for node in nodes])
     merged.created_at = merged.updated_at = now
     merged.last_accessed_at = None
     merged.embedding = None

@@ -133,6 +133,7 @@ _NODE_EXPORT: dict[str, Any] = {
     "kind": "kind",
     "item_key": "item_key",
     "explicit_user_intent": Cast("explicit_user_intent", IntegerField()),
+    "review_state": "review_state",
     "access_count": "access_count",
     "last_accessed_at": _iso("last_accessed_at"),
     "search_text": "search_text",

@@ -128,6 +128,8 @@ NODE_COLUMNS: tuple[Column, ...] = (
     Column("kind", "text", False),
     Column("item_key", "text", False),
     Column("explicit_user_intent", "integer not null default 0", False),
+    # Older files have no review state: their cards import as reviewed (docs/sqlite-format.md).
+    Column("review_state", "text not null default 'reviewed'", False),
     Column("access_count", "integer not null default 0", False),
     Column("last_accessed_at", "text", False),
     Column("search_text", "text not null default ''", False),

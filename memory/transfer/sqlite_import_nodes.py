@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from memory.models import MemoryAuditEvent, MemoryNode
+from memory.models import MemoryAuditEvent, MemoryNode, ReviewState
 from memory.rules.errors import SchemaError
 from memory.rules.item_keys import canonical_key
 from memory.rules.kinds import resolve_kind
@@ -28,7 +28,7 @@ from memory.transfer.signatures import NODE_SEARCH_COLUMNS, node_file_search_tex
 from memory.transfer.sqlite_format import NODE_COLUMNS, canonical_json, iso_utc, pg_array, pg_array_from_json
 from memory.transfer.sqlite_import_slots import settle_and_apply
 from memory.transfer.sqlite_import_state import ImportState, read_chunks, split_verified, stored_key
-from memory.transfer.sqlite_rows import MAX, NODE_TYPES, SCOPES, STATUSES, TEXT_CAPS, FileRow
+from memory.transfer.sqlite_rows import MAX, NODE_TYPES, REVIEW_STATES, SCOPES, STATUSES, TEXT_CAPS, FileRow
 from memory.visibility import owner_ref
 
 __all__ = ["import_nodes"]
@@ -39,6 +39,7 @@ _NODE_COMPARED = (
     "parent_id", "supersedes_id", "session_id", "user__username", "scope", "domain", "category_path", "type",
     "key", "value_json", "title", "content", "status", "confidence", "importance", "tags", "entities",
     "source_message_ids", "created_at", "expires_at", "kind", "item_key", "explicit_user_intent",
+    "review_state",
 )
 _NODE_STORED = ("workspace_id", "revision", "owner_ref", "updated_at")
 _NODE_JSON_POSITIONS = [
@@ -75,6 +76,7 @@ class _Node:
     kind: str
     item_key: str | None
     explicit_user_intent: bool
+    review_state: str
     access_count: int
     last_accessed_at: datetime | None
     search_text: str | None  # the file's, when its signature held; else segmented if staged
@@ -92,6 +94,7 @@ class _Node:
             self.title, self.content, self.status, self.confidence, self.importance,
             canonical_json(self.tags), canonical_json(self.entities), canonical_json(self.source_message_ids),
             self.created_at, self.expires_at, self.kind, self.item_key, self.explicit_user_intent,
+            self.review_state,
         )
 
     def secret(self) -> str | None:
@@ -112,9 +115,9 @@ class _Node:
             self.texts[0], "/".join(self.category_path), self.type,
             None if self.value_json is None else self.texts[4], self.title, self.content, self.status,
             self.confidence, self.importance, self.texts[1], self.texts[2], self.texts[3],
-            self.explicit_user_intent, self.revision, self.created_at, self.updated_at, self.expires_at,
-            self.access_count, self.last_accessed_at, search_text, self.vector, self.vector_model, action,
-            self.source_id,
+            self.explicit_user_intent, self.review_state, self.revision, self.created_at,
+            self.updated_at, self.expires_at, self.access_count, self.last_accessed_at, search_text,
+            self.vector, self.vector_model, action, self.source_id,
         )
 
 
@@ -140,7 +143,8 @@ def _node_fast(state: ImportState, row: FileRow) -> tuple[Any, ...]:
         v["category_path_text"], v["type"], v["value_json"], v["title"], v["content"], v["status"],
         v["confidence"], v["importance"], pg_array_from_json(v["tags_json"]),
         pg_array_from_json(v["entities_json"]),
-        pg_array_from_json(v["source_message_ids_json"]), bool(v["explicit_user_intent"]), v["revision"],
+        pg_array_from_json(v["source_message_ids_json"]), bool(v["explicit_user_intent"]),
+        v["review_state"] or ReviewState.REVIEWED.value, v["revision"],
         v["created_at"], v["updated_at"], v["expires_at"], v["access_count"], v["last_accessed_at"],
         search_text, vector, vector_model, "insert", v["id"],
     )
@@ -313,6 +317,7 @@ def _node_in(state: ImportState, row: FileRow) -> _Node:
         kind=kind or key.split(":", 1)[0][: MAX["kind"]],
         item_key=item_key,
         explicit_user_intent=bool(row.integer("explicit_user_intent", high=1)),
+        review_state=row.choice("review_state", REVIEW_STATES, default=ReviewState.REVIEWED.value),
         access_count=row.integer("access_count"),
         last_accessed_at=row.timestamp("last_accessed_at", required=False),
         search_text=search_text,
@@ -347,6 +352,7 @@ def _node_json(previous: dict[str, Any], updated_at: datetime) -> dict[str, Any]
         "title": previous["title"],
         "content": previous["content"],
         "status": previous["status"],
+        "reviewState": previous["review_state"],
         "valueJson": previous["value_json"],
         "scope": previous["scope"],
         "key": previous["key"],

@@ -22,6 +22,7 @@ from memory.models import (
     MemoryNode,
     NodeStatus,
     NodeType,
+    ReviewState,
     Role,
 )
 from memory.rules.text import MAX_TEXT
@@ -93,6 +94,7 @@ CHANNELS = frozenset(Channel.values)
 SCOPES = frozenset(Scope.values)
 NODE_TYPES = frozenset(NodeType.values)
 STATUSES = frozenset(NodeStatus.values)
+REVIEW_STATES = frozenset(ReviewState.values)
 EVENT_TYPES = frozenset(AuditEventType.values)
 
 

@@ -21,6 +21,7 @@ FROM_AUDIT = {
     AuditEventType.CREATE: WebhookEvent.MEMORY_CREATED,
     AuditEventType.UPDATE: WebhookEvent.MEMORY_UPDATED,
     AuditEventType.RESTORE: WebhookEvent.MEMORY_UPDATED,
+    AuditEventType.ACCEPT: WebhookEvent.MEMORY_UPDATED,  # the card is now reviewed, at a new revision
     AuditEventType.SUPERSEDE: WebhookEvent.MEMORY_SUPERSEDED,
     AuditEventType.EXPIRE: WebhookEvent.MEMORY_EXPIRED,
     AuditEventType.DELETE: WebhookEvent.MEMORY_FORGOTTEN,

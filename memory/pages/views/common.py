@@ -14,6 +14,7 @@ from memory.errors import MemoryServiceError, RevisionConflict
 from memory.models import MemoryNode
 from memory.pages import forms, labels
 from memory.pages.access import PageAccess
+from memory.rules.review import review_mark
 
 CHANGED_EVENT = "memoriesChanged"
 
@@ -61,6 +62,8 @@ def card_of(access: PageAccess, node: MemoryNode) -> dict[str, Any]:
         "status": labels.STATUSES.get(node.status, node.status),
         "value": forms.value_text(node.value_json),
         "can_change": access.can_change(node),
+        "review": labels.REVIEW_STATES.get(node.review_state, node.review_state),
+        "review_mark": review_mark(node.review_state, node.confidence),
         "owner": node.user.get_username() if node.user_id else "",
     }
 
