@@ -30,8 +30,8 @@ def journal_append(ctx: WriteContext, card: MemoryNode, entry_node: MemoryNode, 
     card.value_json = card.content = journal_appended(text, entry) if appended else text
     card.source_message_ids = evidence
     # The same rule as any update: an inferred append leaves the day unreviewed, an agent's reviews it.
-    card.review_state = review_state_for(actor=ctx.viewer.actor, operation="update", current=card.review_state,
-                                         changed=appended)
+    card.review_state = review_state_for(actor=ctx.viewer.actor, operation="update",
+                                         current=card.review_state, changed=appended)
     card.revision += 1
     card.updated_at = ctx.now
     card.search_text = search_text_of(card)
