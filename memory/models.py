@@ -292,6 +292,20 @@ class AuditChainHead(TenantOwnedModel):
         constraints = [models.UniqueConstraint(fields=["tenant"], name="audit_head_tenant_uniq")]
 
 
+class ScopeCardCount(TenantOwnedModel):
+    """How many ordinary cards (memory.services.quota) each scope owner holds, kept by database triggers.
+
+    Migration 0019 installs statement-level triggers on the node table that add each statement's change
+    to these rows, so the quota check reads one row instead of counting an owner's cards.
+    """
+
+    owner_ref = models.CharField(max_length=300)
+    used = models.IntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "owner_ref"], name="scope_card_count_uniq")]
+
+
 class ReadEndpoint(models.TextChoices):
     MEMORY_SEARCH = "memory/search"
     MEMORY_GET = "memory/get"

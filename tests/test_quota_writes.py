@@ -280,7 +280,7 @@ def test_the_check_runs_under_the_chain_lock(tenant_a, alice):
     seen = []
 
     def spy(execute, sql, params, many, context):  # noqa: ANN001, ANN202
-        if "GROUP BY" in sql and "owner_ref" in sql:  # the quota count (scope_usage)
+        if "memory_scopecardcount" in sql and sql.lstrip().startswith("SELECT"):  # the quota count
             with connection.cursor() as cursor:
                 cursor.execute(
                     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s "

@@ -25,7 +25,7 @@ from django.db.models import Count, Min, Q
 from django.utils import timezone
 
 from memory.errors import QuotaExceeded
-from memory.models import MemoryNode, NodeStatus, ReviewState
+from memory.models import MemoryNode, NodeStatus, ReviewState, ScopeCardCount
 from memory.rules.kinds import JOURNAL_KIND
 from tenants.models import Scope, Tenant
 
@@ -126,14 +126,19 @@ def quota_require(*, tenant: Tenant, adding: Mapping[str, int]) -> None:
 
     `adding` is `cards_added` of the write. The caller holds the tenant's audit-chain lock, which
     every card writer takes before it inserts, so two concurrent writes never read the same headroom
-    and pass the limit together (the count runs after the lock, on a fresh snapshot).
+    and pass the limit together (the count runs after the lock, on a fresh snapshot). The count is the
+    owner's `ScopeCardCount` row, which triggers on the node table keep (migration 0019), so the check
+    costs one indexed read however many cards the owner holds.
     """
     wanted = {owner: count for owner, count in adding.items() if count > 0}
     if not wanted:
         return
-    usage = scope_usage(tenant, wanted)
+    # The triggers' running counts (memory.models.ScopeCardCount): one row per owner, no card scan.
+    counted = dict(ScopeCardCount.objects.filter(tenant=tenant, owner_ref__in=sorted(wanted))
+                   .values_list("owner_ref", "used"))
     for owner, count in sorted(wanted.items()):
-        held = usage[owner]
+        held = ScopeUsage(scope=owner.split(":", 1)[0], owner_ref=owner, used=counted.get(owner, 0),
+                          limit=tenant.card_limit, unreviewed=0, oldest_unreviewed_at=None)
         if held.used + count <= held.limit:
             continue
         label = owner_labels([owner])[owner]
