@@ -241,7 +241,22 @@ class RestoreForm(forms.Form):
     expected_revision = forms.IntegerField(min_value=1, widget=forms.HiddenInput)
 
 
-class ApiKeyForm(forms.Form):
+class WorkspaceChoiceForm(forms.Form):
+    """A form whose optional `workspace` field (a TypedChoiceField the subclass declares where it wants it)
+    offers the tenant's workspaces (`workspaces=`, already loaded by the view)."""
+
+    def __init__(self, *args: Any, workspaces: list[Workspace], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Choices, not a queryset: the tenant's workspaces are already loaded for this request.
+        self.workspaces = {w.pk: w for w in workspaces}
+        self.fields["workspace"].choices = [("", _("Every workspace")), *((w.pk, w.name) for w in workspaces)]
+
+    def clean_workspace(self) -> Workspace | None:
+        workspace_id = self.cleaned_data.get("workspace")
+        return self.workspaces.get(workspace_id) if workspace_id is not None else None
+
+
+class ApiKeyForm(WorkspaceChoiceForm):
     name = forms.CharField(max_length=200, label=_("Name"), help_text=_("Which agent or app uses this key."))
     read_only = forms.BooleanField(
         required=False,
@@ -255,23 +270,8 @@ class ApiKeyForm(forms.Form):
         choices=[(str(s), labels.SCOPES[str(s)]) for s in AGENT_WRITABLE_SCOPES],
         initial=[str(s) for s in AGENT_WRITABLE_SCOPES],
     )
-    workspace = forms.TypedChoiceField(
-        required=False,
-        coerce=int,
-        empty_value=None,
-        label=_("Workspace"),
-        help_text=_("Pin the key to one workspace."),
-    )
-
-    def __init__(self, *args: Any, workspaces: list[Workspace], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # Choices, not a queryset: the tenant's workspaces are already loaded for this request.
-        self.workspaces = {w.pk: w for w in workspaces}
-        self.fields["workspace"].choices = [("", _("Every workspace")), *((w.pk, w.name) for w in workspaces)]
-
-    def clean_workspace(self) -> Workspace | None:
-        workspace_id = self.cleaned_data.get("workspace")
-        return self.workspaces.get(workspace_id) if workspace_id is not None else None
+    workspace = forms.TypedChoiceField(required=False, coerce=int, empty_value=None, label=_("Workspace"),
+                                       help_text=_("Pin the key to one workspace."))
 
 
 class SwitchForm(forms.Form):

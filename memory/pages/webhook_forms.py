@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
+from memory.pages.forms import WorkspaceChoiceForm
 from memory.webhooks.models import WebhookEvent
-from tenants.models import Workspace
 
 EVENT_LABELS = {
     WebhookEvent.MEMORY_CREATED: _("A memory was created"),
@@ -20,7 +18,7 @@ EVENT_LABELS = {
 }
 
 
-class WebhookEndpointForm(forms.Form):
+class WebhookEndpointForm(WorkspaceChoiceForm):
     url = forms.CharField(
         max_length=2000,
         label=_("Receiver URL"),
@@ -34,18 +32,5 @@ class WebhookEndpointForm(forms.Form):
         error_messages={"required": _("Choose at least one event.")},
     )
     workspace = forms.TypedChoiceField(
-        required=False,
-        coerce=int,
-        empty_value=None,
-        label=_("Workspace"),
-        help_text=_("Only this workspace's events; or every event of the tenant."),
-    )
-
-    def __init__(self, *args: Any, workspaces: list[Workspace], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.workspaces = {w.pk: w for w in workspaces}
-        self.fields["workspace"].choices = [("", _("Every workspace")), *((w.pk, w.name) for w in workspaces)]
-
-    def clean_workspace(self) -> Workspace | None:
-        workspace_id = self.cleaned_data.get("workspace")
-        return self.workspaces.get(workspace_id) if workspace_id is not None else None
+        required=False, coerce=int, empty_value=None, label=_("Workspace"),
+        help_text=_("Only this workspace's events; or every event of the tenant."))
