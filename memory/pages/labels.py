@@ -109,3 +109,32 @@ LEVELS = {
     "critical": _("Almost full"),
     "exhausted": _("Full"),
 }
+
+# The organizer page (memory.organizer): schedules, run states, item actions, risks and decisions.
+ORGANIZE_SCHEDULES = {"off": _("Off"), "daily": _("Daily"), "weekly": _("Weekly")}
+ORGANIZE_ACTIONS = {
+    "keep": _("Keep"),
+    "merge_into": _("Merge"),
+    "delete": _("Delete"),
+    "mark_review": _("Mark for review"),
+    "rewrite": _("Rewrite"),
+}
+ORGANIZE_RISKS = {"low": _("Low"), "medium": _("Medium"), "high": _("High")}
+ORGANIZE_DECISIONS = {
+    "applied": _("Applied"),
+    "queued": _("Waiting for you"),
+    "dismissed": _("Dismissed"),
+    "rejected": _("Rejected"),
+}
+ORGANIZE_RISK_REASONS = {
+    "cross_scope": _("more than one owner"),
+    "low_confidence": _("low confidence"),
+    "values_disagree": _("the values disagree"),
+    "reviewed": _("a person reviewed it"),
+}
+ORGANIZE_STATES = {
+    "queued": _("Queued"),
+    "running": _("Running"),
+    "done": _("Done"),
+    "failed": _("Failed"),
+}

@@ -9,44 +9,16 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from memory.errors import MemoryServiceError, NotFound
 from memory.models import OrganizeMode
 from memory.organizer.runs import organize_get, organize_item_decide, organize_request, organize_runs_list
+from memory.pages import labels
 from memory.pages.access import PageAccess, tenant_page
 from memory.pages.views.common import refuse
 from tenants.models import OrganizeSchedule
 from tenants.services import tenant_organize_schedule_set
-
-SCHEDULES = {"off": gettext_lazy("Off"), "daily": gettext_lazy("Daily"), "weekly": gettext_lazy("Weekly")}
-ACTIONS = {
-    "keep": gettext_lazy("Keep"),
-    "merge_into": gettext_lazy("Merge"),
-    "delete": gettext_lazy("Delete"),
-    "mark_review": gettext_lazy("Mark for review"),
-    "rewrite": gettext_lazy("Rewrite"),
-}
-RISKS = {"low": gettext_lazy("Low"), "medium": gettext_lazy("Medium"), "high": gettext_lazy("High")}
-DECISIONS = {
-    "applied": gettext_lazy("Applied"),
-    "queued": gettext_lazy("Waiting for you"),
-    "dismissed": gettext_lazy("Dismissed"),
-    "rejected": gettext_lazy("Rejected"),
-}
-REASONS = {
-    "cross_scope": gettext_lazy("more than one owner"),
-    "low_confidence": gettext_lazy("low confidence"),
-    "values_disagree": gettext_lazy("the values disagree"),
-    "reviewed": gettext_lazy("a person reviewed it"),
-}
-STATES = {
-    "queued": gettext_lazy("Queued"),
-    "running": gettext_lazy("Running"),
-    "done": gettext_lazy("Done"),
-    "failed": gettext_lazy("Failed"),
-}
 
 
 @require_http_methods(["GET", "POST"])
@@ -76,8 +48,8 @@ def organizer_view(request: HttpRequest, access: PageAccess) -> HttpResponse:
     context = {
         "access": access,
         "runs": runs,
-        "states": STATES,
-        "schedules": SCHEDULES,
+        "states": labels.ORGANIZE_STATES,
+        "schedules": labels.ORGANIZE_SCHEDULES,
         "schedule": access.tenant.organize_schedule,
     }
     return render(request, "pages/organizer.html", context)
@@ -93,14 +65,15 @@ def organizer_run(request: HttpRequest, access: PageAccess, run_id: UUID) -> Htt
     items = [
         {
             "item": item,
-            "action": ACTIONS.get(item.action, item.action),
-            "risk": RISKS.get(item.risk),
-            "decision": DECISIONS.get(item.decision, item.decision),
-            "reasons": ", ".join(str(REASONS.get(r, r)) for r in item.risk_reasons),
+            "action": labels.ORGANIZE_ACTIONS.get(item.action, item.action),
+            "risk": labels.ORGANIZE_RISKS.get(item.risk),
+            "decision": labels.ORGANIZE_DECISIONS.get(item.decision, item.decision),
+            "reasons": ", ".join(str(labels.ORGANIZE_RISK_REASONS.get(r, r)) for r in item.risk_reasons),
         }
         for item in run.item_list
     ]
-    context = {"access": access, "run": run, "items": items, "state": STATES.get(run.state, run.state)}
+    context = {"access": access, "run": run, "items": items,
+               "state": labels.ORGANIZE_STATES.get(run.state, run.state)}
     return render(request, "pages/organizer_run.html", context)
 
 
