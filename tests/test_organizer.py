@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -366,6 +367,8 @@ def test_a_pinned_key_cannot_see_another_workspaces_run(client, tenant_a, commit
     pinned.get(f"memory/organize/{run['runId']}", expect=404)
     read_only = api_for(client, tenant_a, read_only=True)
     read_only.post("memory/organize", {"userId": "alice"}, expect=403)
+    # The service's writer guard refuses a read-only key's decision on a run it may see.
+    read_only.post(f"memory/organize/{run['runId']}/items/{uuid.uuid4()}", {"decision": "apply"}, expect=403)
 
 
 def test_the_due_sweep_opens_scheduled_runs_once_per_period(client, tenant_a, committed):  # noqa: ANN001

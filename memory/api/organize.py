@@ -13,7 +13,6 @@ from rest_framework.response import Response
 from memory.api.base import MemoryApiView
 from memory.api.serializers import IdOrSlugField
 from memory.api.views import ERRORS, REACH, _parse
-from memory.errors import Forbidden
 from memory.models import (
     OrganizeAction,
     OrganizeDecision,
@@ -159,8 +158,6 @@ class OrganizeApi(MemoryApiView):
     )
     def post(self, request: Request) -> Response:
         data = _parse(OrganizeRequestSerializer, request.data)
-        if self.principal.read_only:
-            raise Forbidden("This caller is read-only; the organizer changes memories.")
         viewer = self.viewer(workspace_ref=data.get("workspace_id"), user_ref=data.get("user_id"))
         run = organize_request(
             viewer=viewer, scope=data["scope"], trigger=data["mode"], mode=data["apply_mode"]
@@ -189,8 +186,6 @@ class OrganizeItemApi(MemoryApiView):
     )
     def post(self, request: Request, run_id: str, item_id: str) -> Response:
         data = _parse(OrganizeDecisionSerializer, request.data)
-        if self.principal.read_only:
-            raise Forbidden("This caller is read-only; the organizer changes memories.")
         item = organize_item_decide(
             viewer=self.viewer(), run_id=run_id, item_id=item_id, decision=data["decision"]
         )
